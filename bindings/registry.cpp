@@ -1,0 +1,64 @@
+// registry.cpp -- the whole public op API of pcops in one place: one schema per op.
+//
+// The implementations are registered per backend in bindings/<op>.cpp with
+// TORCH_LIBRARY_IMPL(pcops, CPU, m) and TORCH_LIBRARY_IMPL(pcops, CUDA, m); fake (meta)
+// implementations and autograd formulas are registered from Python, in pcops/<op>.py.
+// Shapes: B batch, N reference points, M queries / samples, C channels, K / S neighbours.
+#include <Python.h>
+#include <torch/library.h>
+
+extern "C" {
+// `import pcops._C` only has to load this library: its static initialisers register the ops.
+// No pybind, so the module builds against the limited Python API (one wheel for Python >= 3.9).
+PyObject* PyInit__C(void) {
+    static struct PyModuleDef module_def = {
+        PyModuleDef_HEAD_INIT,
+        "_C",  // name
+        NULL,  // doc
+        -1,    // size of per-interpreter state
+        NULL,  // methods
+    };
+    return PyModule_Create(&module_def);
+}
+}
+
+TORCH_LIBRARY(pcops, m) {
+    // xyz[B,N,3] -> idx[B,npoint] int64, dist2[B,npoint] (xyz's dtype). Greedy FPS from start[b]
+    // (default 0; random_start=True draws it on the device from torch's default generator);
+    // dist2[b,j] is the coverage radius (squared) when sample j was chosen, 0 for sample 0.
+    // Slots past min(npoint, lengths[b]) hold idx -1 and dist2 0.
+    m.def(
+        "furthest_point_sample(Tensor xyz, int npoint, Tensor? lengths=None, Tensor? start=None, "
+        "bool random_start=False) -> (Tensor idx, Tensor dist2)");
+
+    // query[B,M,3], ref[B,N,3] -> dist2[B,M,k] (query's dtype), idx[B,M,k] int64: the k nearest
+    // valid refs sorted by (dist2, idx); idx -1 / dist2 +inf past the valid refs.
+    m.def(
+        "knn(Tensor query, Tensor ref, int k, Tensor? query_lengths=None, "
+        "Tensor? ref_lengths=None) -> (Tensor dist2, Tensor idx)");
+
+    // -> idx[B,M,nsample] int64, count[B,M] int64: the first nsample valid refs in index order
+    // with squared distance < radius**2; empty slots repeat the first one found; -1 if none.
+    m.def(
+        "ball_query(Tensor query, Tensor ref, float radius, int nsample, "
+        "Tensor? query_lengths=None, Tensor? ref_lengths=None) -> (Tensor idx, Tensor count)");
+
+    // features[B,N,C], idx[B,M,S] -> out[B,M,S,C] = features[b, idx[b,m,s], :] (0 where idx is -1).
+    m.def("group(Tensor features, Tensor idx) -> Tensor");
+
+    // grad_out[B,M,S,C], idx[B,M,S] -> grad_features[B,num_points,C]: the deterministic backward
+    // of group (a fixed summation order, no floating-point atomics).
+    m.def("group_backward(Tensor grad_out, Tensor idx, SymInt num_points) -> Tensor");
+
+    // centers[N,2|3], scores[N] -> keep[K] int64: greedy circle NMS in descending score order
+    // (ties: lower index first), kept indices in visiting order, at most max_out when > 0;
+    // groups[N] makes the NMS independent per group. Synchronises (K depends on the data).
+    m.def(
+        "circle_nms(Tensor centers, Tensor scores, float radius, int max_out=-1, "
+        "Tensor? groups=None) -> Tensor");
+
+    // -> keep_mask[N] bool: the same NMS, without host synchronisation (CUDA-graph capturable).
+    m.def(
+        "circle_nms_mask(Tensor centers, Tensor scores, float radius, Tensor? groups=None) "
+        "-> Tensor");
+}

@@ -1,0 +1,139 @@
+// utils.cpp -- input checks shared by every binding (see utils.h).
+#include "utils.h"
+
+#include <sstream>
+
+#ifdef PCOPS_WITH_CUDA
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#endif
+
+namespace pcops {
+
+static std::string shape_string(at::IntArrayRef sizes) {
+    std::ostringstream s;
+    s << "[";
+    for (size_t i = 0; i < sizes.size(); ++i) s << (i ? ", " : "") << sizes[i];
+    s << "]";
+    return s.str();
+}
+
+std::string describe(const at::Tensor& t) {
+    if (!t.defined()) return "an undefined tensor";
+    std::ostringstream s;
+    s << "a " << t.dim() << "-D " << c10::toString(t.scalar_type()) << " tensor of shape "
+      << shape_string(t.sizes()) << " on " << t.device();
+    return s.str();
+}
+
+void check_float_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
+                        int64_t last_dim, const char* shape) {
+    TORCH_CHECK_VALUE(t.defined(), "pcops.", op, ": argument '", name, "' must be a tensor of shape ",
+                      shape, ", got an undefined tensor");
+    TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), "pcops.", op, ": argument '", name,
+                     "' must be a floating point tensor (float32, float64, float16 or bfloat16), got ",
+                     describe(t));
+    TORCH_CHECK_VALUE(t.dim() == rank && (last_dim < 0 || t.size(-1) == last_dim), "pcops.", op,
+                      ": argument '", name, "' must be a tensor of shape ", shape, ", got ",
+                      describe(t));
+}
+
+void check_index_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
+                        const char* shape) {
+    TORCH_CHECK_VALUE(t.defined(), "pcops.", op, ": argument '", name, "' must be a tensor of shape ",
+                      shape, ", got an undefined tensor");
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "pcops.", op, ": argument '", name,
+                     "' must be an int64 tensor, got ", describe(t));
+    TORCH_CHECK_VALUE(t.dim() == rank, "pcops.", op, ": argument '", name,
+                      "' must be a tensor of shape ", shape, ", got ", describe(t));
+}
+
+void check_same_device(const char* op, const char* name, const at::Tensor& t,
+                       const char* ref_name, const at::Tensor& ref) {
+    TORCH_CHECK_VALUE(t.device() == ref.device(), "pcops.", op, ": argument '", name,
+                      "' must be on the same device as '", ref_name, "' (", ref.device(), "), got ",
+                      describe(t));
+}
+
+void check_size(const char* op, const char* name, const at::Tensor& t, int64_t dim,
+                int64_t expected, const char* what) {
+    TORCH_CHECK_VALUE(t.size(dim) == expected, "pcops.", op, ": argument '", name, "' must have ",
+                      expected, " (", what, ") in dimension ", dim, ", got ", describe(t));
+}
+
+void check_positive(const char* op, const char* name, int64_t value) {
+    TORCH_CHECK_VALUE(value >= 1, "pcops.", op, ": argument '", name, "' must be >= 1, got ", value);
+}
+
+void check_radius(const char* op, const char* name, double radius) {
+    TORCH_CHECK_VALUE(std::isfinite(radius) && radius > 0, "pcops.", op, ": argument '", name,
+                      "' must be finite and > 0, got ", radius);
+}
+
+bool check_values_now(const at::Tensor& t) {
+#ifdef PCOPS_WITH_CUDA
+    if (t.is_cuda()) {
+        c10::cuda::CUDAGuard guard(t.device());
+        return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
+    }
+#endif
+    return true;
+}
+
+std::pair<int64_t, int64_t> value_range(const at::Tensor& t) {
+    auto mm = at::aminmax(t);
+    at::Tensor both = at::stack({std::get<0>(mm), std::get<1>(mm)}).to(at::kLong).cpu();
+    const int64_t* p = both.data_ptr<int64_t>();
+    return {p[0], p[1]};
+}
+
+std::optional<at::Tensor> check_lengths(const char* op, const char* name,
+                                        const std::optional<at::Tensor>& lengths, int64_t B,
+                                        int64_t N, const at::Tensor& like) {
+    if (!lengths.has_value() || !lengths->defined()) return std::nullopt;
+    const at::Tensor& t = *lengths;
+    check_index_tensor(op, name, t, 1, "[B]");
+    check_size(op, name, t, 0, B, "the batch size B");
+    check_same_device(op, name, t, "the points", like);
+    if (B > 0 && check_values_now(t)) {
+        auto [lo, hi] = value_range(t);
+        TORCH_CHECK_VALUE(lo >= 0 && hi <= N, "pcops.", op, ": argument '", name,
+                          "' must hold values in [0, N] = [0, ", N, "], got values in [", lo, ", ",
+                          hi, "]");
+    }
+    return t.contiguous();
+}
+
+at::Tensor to_compute_dtype(const at::Tensor& t) {
+    if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16)
+        return t.to(at::kFloat).contiguous();
+    return t.contiguous();
+}
+
+pcops_dtype to_pcops_dtype(at::ScalarType type) {
+    switch (type) {
+        case at::kFloat: return PCOPS_FLOAT32;
+        case at::kDouble: return PCOPS_FLOAT64;
+        case at::kHalf: return PCOPS_FLOAT16;
+        case at::kBFloat16: return PCOPS_BFLOAT16;
+        default: TORCH_CHECK_TYPE(false, "pcops: unsupported dtype ", c10::toString(type));
+    }
+}
+
+void check_status(const char* op, pcops_status status) {
+    TORCH_CHECK(status == PCOPS_SUCCESS, "pcops.", op, ": kernel failed: ",
+                pcops_status_string(status));
+}
+
+#ifdef PCOPS_WITH_CUDA
+void check_cuda_tensor(const char* op, const char* name, const at::Tensor& t) {
+    TORCH_CHECK_VALUE(t.defined() && t.is_cuda(), "pcops.", op,
+                      ": all tensor arguments must be on one device, but '", name, "' is ",
+                      describe(t), " while another argument is on CUDA");
+}
+
+void check_cuda(const char* op, cudaError_t err) {
+    TORCH_CHECK(err == cudaSuccess, "pcops.", op, ": CUDA error: ", cudaGetErrorString(err));
+}
+#endif
+
+}  // namespace pcops

@@ -1,0 +1,68 @@
+/*
+ * fps.c -- furthest point sampling on the CPU.
+ *
+ * B = batch, N = points per cloud, npoint = samples. xyz[B,N,3] -> idx[B,npoint], dist2[B,npoint].
+ *
+ * Algorithm (PointNet++, Qi et al. 2017, the "temp distance buffer" form): keep for every
+ * point its squared distance to the nearest chosen sample (temp, +inf at the start); after each
+ * choice, lower temp with the distances to the new sample and take the point with the largest
+ * temp next. Chosen points get temp = -1, so they are never chosen again, even when the cloud
+ * has duplicate points and every remaining temp is 0.
+ *
+ * Work sharing: one cloud per OpenMP thread (schedule(dynamic) over the batch). Inside a cloud,
+ * the update + max pass is one vectorised loop over structure-of-arrays copies of x, y, z held
+ * in the workspace; the max is tracked on the float's bit pattern as an integer (non-negative
+ * floats order like their bits; the chosen points' -1 sorts below them), which the compiler
+ * vectorises without fast-math. The loop runs in chunks, remembering the first chunk that
+ * holds the maximum, so finding the first index of the maximum rescans one chunk only.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "common.h"
+#include "pcops.h"
+
+/* Points per chunk of the update + max pass. */
+#define FPS_CHUNK 512
+
+#define T float
+#define TI int32_t
+#define FN(name) name##_f32
+#include "fps_cpu.inc"
+#undef T
+#undef TI
+#undef FN
+
+#define T double
+#define TI int64_t
+#define FN(name) name##_f64
+#include "fps_cpu.inc"
+#undef T
+#undef TI
+#undef FN
+
+size_t pcops_fps_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N) {
+    if (B <= 0 || N <= 0) return 0;
+    /* per cloud: x[N], y[N], z[N], temp[N] */
+    return (size_t)B * (size_t)N * 4 * pcops_dtype_size(dtype);
+}
+
+pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                           const int64_t* start, int64_t B, int64_t N, int64_t npoint,
+                           void* workspace, int64_t* idx, void* dist2) {
+    if (B < 0 || N < 0 || npoint < 1) return PCOPS_ERROR_INVALID_VALUE;
+    if (B == 0) return PCOPS_SUCCESS;
+    if (!idx || !dist2 || (N > 0 && (!xyz || !workspace))) return PCOPS_ERROR_INVALID_VALUE;
+    switch (dtype) {
+        case PCOPS_FLOAT32:
+            fps_batch_f32((const float*)xyz, lengths, start, B, N, npoint, (float*)workspace, idx,
+                          (float*)dist2);
+            return PCOPS_SUCCESS;
+        case PCOPS_FLOAT64:
+            fps_batch_f64((const double*)xyz, lengths, start, B, N, npoint, (double*)workspace,
+                          idx, (double*)dist2);
+            return PCOPS_SUCCESS;
+        default:
+            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    }
+}

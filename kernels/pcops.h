@@ -1,0 +1,200 @@
+/*
+ * pcops.h -- the C API of the pcops kernels. No torch headers anywhere in kernels/.
+ *
+ * Shape letters (as in ../DESIGN):
+ *   B batch, N reference points, M query points / samples, D coordinate dims,
+ *   C feature channels, K neighbours (kNN), S neighbours (ball query / group).
+ *
+ * Conventions for every function below:
+ *   - Arrays are dense, row-major (C-contiguous) in the shapes given; the caller
+ *     (bindings/) makes them so. Every size is int64_t and element offsets are
+ *     computed in int64_t, so element counts past 2**31 are fine.
+ *   - Coordinates are float32 or float64 (`pcops_dtype`); float16/bfloat16 inputs
+ *     are converted to float32 by the caller ("half types compute in float32").
+ *   - Squared distances are dx*dx + dy*dy + dz*dz, evaluated left to right, with no
+ *     FMA contraction (-ffp-contract=off for C, -fmad=false for CUDA), so the CPU
+ *     and the CUDA code choose bitwise the same indices.
+ *   - Index outputs are int64; -1 marks an empty slot. Ties go to the lower index.
+ *   - Optional inputs (lengths, start, groups) may be NULL.
+ *   - Value ranges of index inputs (lengths in [0, N], start in [0, lengths[b]),
+ *     idx in [-1, N)) are the caller's to validate. The kernels never read or
+ *     write out of bounds whatever the values: lengths are clamped to [0, N],
+ *     start is taken modulo lengths[b], out-of-range gather indices read as -1.
+ *   - Scratch memory is passed in by the caller; pcops_<op>_workspace_bytes()
+ *     says how much. No function here allocates.
+ *   - CPU functions return a pcops_status and parallelise with OpenMP.
+ *     CUDA launchers take a stream (no default: forgetting it fails to compile),
+ *     launch asynchronously, never synchronise the host, and return
+ *     cudaGetLastError() (cudaErrorInvalidValue for bad sizes or dtypes).
+ *     Define PCOPS_DEBUG_SYNC to synchronise the stream after every launch, so
+ *     that an asynchronous fault is reported by the launcher that caused it.
+ */
+#ifndef PCOPS_H
+#define PCOPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#if !defined(__cplusplus)
+#include <stdbool.h>
+#endif
+
+#if defined(__CUDACC__) || defined(PCOPS_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#define PCOPS_HAVE_CUDA_API 1
+#endif
+
+#ifdef __cplusplus
+#define PCOPS_RESTRICT __restrict__
+extern "C" {
+#else
+#define PCOPS_RESTRICT restrict
+#endif
+
+typedef enum pcops_dtype {
+    PCOPS_FLOAT32 = 0,
+    PCOPS_FLOAT64 = 1,
+    PCOPS_FLOAT16 = 2,  /* only where a function says so (group) */
+    PCOPS_BFLOAT16 = 3, /* only where a function says so (group) */
+} pcops_dtype;
+
+typedef enum pcops_status {
+    PCOPS_SUCCESS = 0,
+    PCOPS_ERROR_INVALID_VALUE = 1, /* a negative size, k < 1, a NULL required pointer */
+    PCOPS_ERROR_UNSUPPORTED_DTYPE = 2,
+} pcops_status;
+
+/* Human-readable name of a status, for error messages. */
+const char* pcops_status_string(pcops_status status);
+
+/* Bytes of one element of `dtype` (0 for an unknown value). */
+size_t pcops_dtype_size(pcops_dtype dtype);
+
+/* ------------------------------------------------------------------------------------------
+ * Furthest point sampling (kernels/fps.c, kernels/fps.cu)
+ *
+ *   xyz[B,N,3], lengths[B]?, start[B]? -> idx[B,npoint] (int64), dist2[B,npoint] (dtype)
+ *
+ * Greedy FPS with a temp distance buffer temp[B,N] (min squared distance from each point to
+ * the chosen set, starting at +inf; chosen points are set negative so they are never chosen
+ * again, also when points repeat). Sample 0 is start[b] mod L (0 when start is NULL), where
+ * L = min(max(lengths[b], 0), N) (N when lengths is NULL); sample j is the point with the
+ * largest temp, ties to the lower index. dist2[b,j] is that largest temp when sample j was
+ * chosen (0 for sample 0): the coverage radius curve. Slots j >= min(npoint, L) get idx -1
+ * and dist2 0. dtype: FLOAT32 or FLOAT64.
+ * ---------------------------------------------------------------------------------------- */
+size_t pcops_fps_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N);
+
+pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                           const int64_t* start, int64_t B, int64_t N, int64_t npoint,
+                           void* workspace, int64_t* idx, void* dist2);
+
+/* ------------------------------------------------------------------------------------------
+ * k nearest neighbours (kernels/knn.c, kernels/knn.cu)
+ *
+ *   query[B,M,3], ref[B,N,3], query_lengths[B]?, ref_lengths[B]?
+ *     -> dist2[B,M,K] (dtype), idx[B,M,K] (int64)
+ *
+ * For each valid query (m < query_lengths[b]) the K nearest valid refs (n < ref_lengths[b]),
+ * sorted by (dist2, idx) ascending. Slots past the number of valid refs, and every slot of an
+ * invalid query, hold idx -1 and dist2 +inf. dtype: FLOAT32 or FLOAT64. No cap on K.
+ * ---------------------------------------------------------------------------------------- */
+pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref,
+                           const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
+                           int64_t M, int64_t N, int64_t K, void* dist2, int64_t* idx);
+
+/* ------------------------------------------------------------------------------------------
+ * Ball query (kernels/ball_query.c, kernels/ball_query.cu)
+ *
+ *   query[B,M,3], ref[B,N,3], lengths? -> idx[B,M,S] (int64), count[B,M] (int64)
+ *
+ * The first S valid refs in index order with squared distance < radius2 (compared in dtype:
+ * (T)radius2). Empty slots repeat the first neighbour found; a query with no neighbour (or an
+ * invalid query) gets -1 everywhere and count 0. count is the number found, capped at S.
+ * dtype: FLOAT32 or FLOAT64.
+ * ---------------------------------------------------------------------------------------- */
+pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const void* ref,
+                                  const int64_t* query_lengths, const int64_t* ref_lengths,
+                                  int64_t B, int64_t M, int64_t N, double radius2, int64_t S,
+                                  int64_t* idx, int64_t* count);
+
+/* ------------------------------------------------------------------------------------------
+ * Group (kernels/group.c, kernels/group.cu)
+ *
+ * Forward:  features[B,N,C], idx[B,M,S] -> out[B,M,S,C],  out[b,m,s,:] = features[b,idx,:]
+ *           (zeros where idx is -1 or out of range). Any dtype: the forward copies elements
+ *           of pcops_dtype_size(dtype) bytes.
+ * Backward: grad_out[B,M,S,C], idx[B,M,S] -> grad_features[B,N,C],
+ *           grad_features[b,n,:] = sum of grad_out[b,m,s,:] over the (m,s) with idx[b,m,s]==n,
+ *           added in ascending (m,s) order starting from 0 -- a fixed order, so the result is
+ *           the same bits on every run and on CPU and CUDA. No floating-point atomics.
+ *           CPU: FLOAT32 or FLOAT64 (the caller upcasts half types).
+ *           CUDA: all four dtypes; half types accumulate in float32.
+ * ---------------------------------------------------------------------------------------- */
+pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
+                             int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out);
+
+pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
+                                      const int64_t* idx, int64_t B, int64_t N, int64_t C,
+                                      int64_t M, int64_t S, void* grad_features);
+
+/* ------------------------------------------------------------------------------------------
+ * Circle NMS (kernels/circle_nms.c, kernels/circle_nms.cu)
+ *
+ *   centers[N,D] (D >= 2, only x and y are used), order[N] (the visiting order: indices by
+ *   descending score, ties to the lower index; computed by the caller with a stable sort),
+ *   groups[N]? -> keep_mask[N] (bool, in original index order), keep_idx[N] (int64, kept
+ *   indices in visiting order, the first *num_kept valid, the rest -1), num_kept[1] (int64).
+ *
+ * Greedy: visit boxes in `order`; keep a box unless an already kept box of the same group lies
+ * within squared xy distance < radius2 (compared in dtype). dtype: FLOAT32 or FLOAT64.
+ * ---------------------------------------------------------------------------------------- */
+size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N);
+
+pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_t D,
+                                  const int64_t* order, const int64_t* groups, int64_t N,
+                                  double radius2, void* workspace, bool* keep_mask,
+                                  int64_t* keep_idx, int64_t* num_kept);
+
+#ifdef PCOPS_HAVE_CUDA_API
+/* ------------------------------------------------------------------------------------------
+ * CUDA launchers: same arguments and semantics as the CPU functions above, all pointers on
+ * the device, plus the stream to launch on. Workspace sizes may differ from the CPU's: use
+ * the _cuda_workspace_bytes functions.
+ * ---------------------------------------------------------------------------------------- */
+size_t pcops_fps_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N);
+cudaError_t pcops_fps_cuda(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                           const int64_t* start, int64_t B, int64_t N, int64_t npoint,
+                           void* workspace, int64_t* idx, void* dist2, cudaStream_t stream);
+
+cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                           const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
+                           int64_t M, int64_t N, int64_t K, void* dist2, int64_t* idx,
+                           cudaStream_t stream);
+
+cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                                  const int64_t* query_lengths, const int64_t* ref_lengths,
+                                  int64_t B, int64_t M, int64_t N, double radius2, int64_t S,
+                                  int64_t* idx, int64_t* count, cudaStream_t stream);
+
+cudaError_t pcops_group_cuda(pcops_dtype dtype, const void* features, const int64_t* idx,
+                             int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out,
+                             cudaStream_t stream);
+
+size_t pcops_group_backward_cuda_workspace_bytes(int64_t B, int64_t N, int64_t M, int64_t S);
+cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
+                                      const int64_t* idx, int64_t B, int64_t N, int64_t C,
+                                      int64_t M, int64_t S, void* workspace,
+                                      void* grad_features, cudaStream_t stream);
+
+size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype, int64_t N);
+cudaError_t pcops_circle_nms_cuda(pcops_dtype dtype, const void* centers, int64_t D,
+                                  const int64_t* order, const int64_t* groups, int64_t N,
+                                  double radius2, void* workspace, bool* keep_mask,
+                                  int64_t* keep_idx, int64_t* num_kept, cudaStream_t stream);
+#endif /* PCOPS_HAVE_CUDA_API */
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PCOPS_H */

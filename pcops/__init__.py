@@ -1,0 +1,31 @@
+"""pcops: point-cloud ops for PyTorch, in C and CUDA C.
+
+``import pcops`` loads the compiled library, which registers ``torch.ops.pcops.*``, and exposes
+typed, documented wrappers:
+
+    furthest_point_sample   greedy farthest point sampling, with the coverage radius curve
+    knn                     k nearest neighbours, sorted, differentiable distances
+    ball_query              the first neighbours within a radius
+    group                   gather neighbour features, deterministic backward
+    circle_nms              greedy centre-distance NMS for 3-D detection
+    circle_nms_mask         the same without host synchronisation (CUDA-graph capturable)
+"""
+from ._loader import load_library as _load_library
+
+_build_info = _load_library()
+
+from .fps import furthest_point_sample  # noqa: E402
+
+__version__ = "0.1.0"
+WITH_CUDA: bool = _build_info.WITH_CUDA
+"""Whether the CUDA kernels were compiled into this build."""
+
+__all__ = [
+    "WITH_CUDA",
+    "ball_query",
+    "circle_nms",
+    "circle_nms_mask",
+    "furthest_point_sample",
+    "group",
+    "knn",
+]

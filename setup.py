@@ -1,0 +1,179 @@
+"""Build of pcops: one extension, pcops._C, from kernels/*.c (C11), kernels/*.cu (CUDA C) and
+bindings/*.cpp (the only C++), compiled with ninja.
+
+CUDA sources are compiled whenever an nvcc whose major version matches torch's CUDA is found,
+with or without a GPU. Environment switches:
+  PCOPS_CUDA=0|1        force the CUDA part off, or fail if it cannot be built (default: auto)
+  TORCH_CUDA_ARCH_LIST  e.g. "9.0" (default: the visible GPUs, else torch's own list)
+  DEBUG=1               -O0 -g, and a stream synchronisation after every kernel launch
+  MAX_JOBS              parallel compile jobs (ninja)
+
+Install with the torch you run (pip's build isolation would build against another one):
+  pip install --no-build-isolation -e .
+"""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import warnings
+
+import torch
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+DEBUG = os.environ.get("DEBUG", "0") == "1"
+
+
+def _nvcc_major(home):
+    nvcc = os.path.join(home, "bin", "nvcc")
+    if not os.path.isfile(nvcc):
+        return None
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def find_cuda_home():
+    """The CUDA toolkit to build with: one whose nvcc has torch's CUDA major version.
+
+    Looks at $CUDA_HOME, $CUDA_PATH, the nvcc on PATH, /usr/local/cuda*, /opt/cuda* and the pip
+    packages nvidia-cuda-nvcc*, and returns the first match, or None (build CPU-only).
+    """
+    mode = os.environ.get("PCOPS_CUDA", "auto")
+    if mode == "0":
+        return None
+    if torch.version.cuda is None:
+        if mode == "1":
+            sys.exit("pcops: PCOPS_CUDA=1 but this torch has no CUDA support (torch.version.cuda is None)")
+        return None
+    want = int(torch.version.cuda.split(".")[0])
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    candidates += sorted(glob.glob("/usr/local/cuda*"), reverse=True)
+    candidates += sorted(glob.glob("/opt/cuda*"), reverse=True)
+    site = sysconfig.get_paths()["purelib"]
+    candidates += sorted(glob.glob(os.path.join(site, "nvidia", "cu*")))
+    candidates += [os.path.join(site, "nvidia", "cuda_nvcc")]
+    seen = []
+    for home in candidates:
+        if not home or home in [h for h, _ in seen]:
+            continue
+        major = _nvcc_major(home)
+        if major is not None:
+            seen.append((home, major))
+            if major == want:
+                return home
+    found = ", ".join(f"{h} (CUDA {m})" for h, m in seen) or "none"
+    msg = (
+        f"pcops: torch was built with CUDA {torch.version.cuda}, and no CUDA {want}.x toolkit was found "
+        f"(nvcc found: {found}). Install one (e.g. `pip install nvidia-cuda-nvcc-cu{want}` or a CUDA "
+        f"{want} toolkit) and set CUDA_HOME, or install a torch built for your nvcc."
+    )
+    if mode == "1":
+        sys.exit(msg)
+    if seen:
+        warnings.warn(msg + " Building the CPU ops only.")
+    return None
+
+
+CUDA_HOME = find_cuda_home()
+if CUDA_HOME:
+    # torch.utils.cpp_extension reads CUDA_HOME when it is imported.
+    os.environ["CUDA_HOME"] = CUDA_HOME
+from torch.utils import cpp_extension  # noqa: E402
+
+WITH_CUDA = CUDA_HOME is not None
+PY_LIMITED_API = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)
+
+# C++ and CUDA get the language standard torch asks for (C++17 or C++20) from cpp_extension.
+C_FLAGS = ["-std=c11", "-fPIC", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wextra"]
+C_FLAGS += ["-O0", "-g"] if DEBUG else ["-O3"]
+CXX_FLAGS = ["-ffp-contract=off"] + (["-O0", "-g"] if DEBUG else ["-O3"])
+NVCC_FLAGS = ["-fmad=false", "-lineinfo"] + (["-O0", "-g"] if DEBUG else ["-O3"])
+DEFINES = ["-DPCOPS_DEBUG_SYNC"] if DEBUG else []
+if WITH_CUDA:
+    DEFINES.append("-DPCOPS_WITH_CUDA")
+if PY_LIMITED_API:
+    CXX_FLAGS.append("-DPy_LIMITED_API=0x03090000")
+
+
+class BuildExt(cpp_extension.BuildExtension):
+    """BuildExtension that compiles kernels/*.c as C11 (torch's rules would compile them as C++)."""
+
+    def build_extensions(self):
+        for ext in self.extensions:
+            c_sources = [s for s in ext.sources if s.endswith(".c")]
+            ext.sources = [s for s in ext.sources if not s.endswith(".c")]
+            ext.extra_objects = list(ext.extra_objects or []) + self._compile_c(c_sources)
+        super().build_extensions()
+
+    def _compile_c(self, sources):
+        cc = os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
+        out_dir = os.path.join(os.path.abspath(self.build_temp), "c")
+        os.makedirs(out_dir, exist_ok=True)
+        headers = glob.glob(os.path.join(ROOT, "kernels", "*.h")) + glob.glob(
+            os.path.join(ROOT, "kernels", "*.inc"))
+        newest_header = max((os.path.getmtime(h) for h in headers), default=0)
+        objects = []
+        for src in sources:
+            obj = os.path.join(out_dir, os.path.basename(src)[:-2] + ".o")
+            if (self.force or not os.path.exists(obj)
+                    or os.path.getmtime(obj) < max(os.path.getmtime(src), newest_header)):
+                cmd = [cc, *C_FLAGS, *DEFINES, "-c", src, "-o", obj]
+                print(" ".join(cmd))
+                subprocess.run(cmd, check=True)
+            objects.append(obj)
+        return objects
+
+
+def write_build_info():
+    """pcops/_build_info.py: what the extension was built against, checked at import."""
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    with open(os.path.join(ROOT, "pcops", "_build_info.py"), "w") as f:
+        f.write("# Written by setup.py at build time; checked by pcops/__init__.py at import.\n")
+        f.write(f"TORCH_VERSION = {torch.__version__!r}\n")
+        f.write(f"TORCH_CUDA_VERSION = {torch.version.cuda!r}\n")
+        f.write(f"WITH_CUDA = {WITH_CUDA!r}\n")
+        f.write(f"CUDA_ARCH_LIST = {arch!r}\n")
+
+
+def get_extension():
+    sources = sorted(glob.glob("kernels/*.c")) + sorted(glob.glob("bindings/*.cpp"))
+    extra = {"cxx": CXX_FLAGS + DEFINES}
+    if WITH_CUDA:
+        sources += sorted(glob.glob("kernels/*.cu"))
+        extra["nvcc"] = NVCC_FLAGS + DEFINES
+        Extension = cpp_extension.CUDAExtension
+    else:
+        Extension = cpp_extension.CppExtension
+    return Extension(
+        "pcops._C",
+        sources,
+        extra_compile_args=extra,
+        extra_link_args=["-fopenmp"],
+        py_limited_api=PY_LIMITED_API,
+    )
+
+
+write_build_info()
+print(f"pcops: building {'with CUDA from ' + CUDA_HOME if WITH_CUDA else 'the CPU ops only'}")
+
+setup(
+    name="pcops",
+    version="0.1.0",
+    description="Point-cloud ops for PyTorch (FPS, kNN, ball query, group, circle NMS) in C and CUDA C",
+    packages=find_packages(include=["pcops", "pcops.*", "models", "models.*"]),
+    ext_modules=[get_extension()],
+    install_requires=["torch", "numpy"],
+    python_requires=">=3.9",
+    cmdclass={"build_ext": BuildExt},
+    options={"bdist_wheel": {"py_limited_api": "cp39"}} if PY_LIMITED_API else {},
+)

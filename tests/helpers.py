@@ -1,0 +1,45 @@
+"""Input builders and comparisons shared by the op tests (and reused by the benchmarks)."""
+import torch
+
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def rand_points(B, N, gen, *, dtype=torch.float32, device="cpu", scale=1.0, offset=0.0):
+    """B clouds of N uniform points in [offset, offset + scale)^3, drawn on the CPU from `gen`."""
+    x = torch.rand(B, N, 3, generator=gen, dtype=torch.float64) * scale + offset
+    return x.to(dtype).to(device)
+
+
+def clustered_points(B, N, gen, *, dtype=torch.float32, device="cpu", clusters=8):
+    """Points snapped to a coarse grid of values, so that many exact distance ties occur."""
+    x = torch.randint(0, clusters, (B, N, 3), generator=gen).to(torch.float64) / clusters
+    return x.to(dtype).to(device)
+
+
+def random_lengths(B, N, gen, *, device="cpu", allow_zero=True):
+    lo = 0 if allow_zero else min(1, N)
+    return torch.randint(lo, N + 1, (B,), generator=gen).to(device)
+
+
+def assert_close(actual, expected, *, atol=0.0, rtol=0.0, what="values"):
+    """|actual - expected| <= atol + rtol * |expected| everywhere (inf == inf), reporting the
+    worst element, its index and both values on failure."""
+    a = actual.detach().cpu().to(torch.float64)
+    e = expected.detach().cpu().to(torch.float64)
+    assert a.shape == e.shape, f"{what}: shape {tuple(a.shape)} != expected {tuple(e.shape)}"
+    same = (a == e) | (torch.isnan(a) & torch.isnan(e))
+    err = torch.where(same, torch.zeros_like(a), (a - e).abs())
+    tol = atol + rtol * e.abs()
+    bad = ~(same | (err <= tol))
+    if bad.any():
+        excess = torch.where(bad, err - tol, torch.full_like(err, -1.0)).nan_to_num(nan=float("inf"))
+        i = int(excess.flatten().argmax())
+        where = tuple(int(v) for v in torch.unravel_index(torch.tensor(i), a.shape))
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {a.numel()} elements differ beyond atol={atol}, rtol={rtol}; "
+            f"worst at {where}: got {a.flatten()[i].item()!r}, expected {e.flatten()[i].item()!r}"
+        )
+
+
+def assert_equal(actual, expected, *, what="values"):
+    assert_close(actual, expected, what=what)

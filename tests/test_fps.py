@@ -1,0 +1,250 @@
+"""furthest_point_sample: against independent NumPy references, properties, dtypes, bad inputs."""
+import numpy as np
+import pytest
+import torch
+
+import pcops
+from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, rand_points, random_lengths
+
+fps_op = torch.ops.pcops.furthest_point_sample.default
+
+
+# ---------------------------------------------------------------------------------------------
+# references
+
+
+def fps_reference(xyz, npoint, length=None, start=0):
+    """Greedy FPS of one cloud written for clarity, in the array's own precision (float32 or
+    float64) with the contract's formula: d = (dx*dx + dy*dy) + dz*dz, chosen points set to -1,
+    ties to the lowest index (np.argmax returns the first maximum)."""
+    xyz = np.asarray(xyz)
+    L = len(xyz) if length is None else int(length)
+    idx = np.full(npoint, -1, dtype=np.int64)
+    dist2 = np.zeros(npoint, dtype=xyz.dtype)
+    n_out = min(npoint, L)
+    if n_out == 0:
+        return idx, dist2
+    pts = xyz[:L]
+    temp = np.full(L, np.inf, dtype=xyz.dtype)
+    cur = int(start) % L
+    idx[0] = cur
+    for j in range(1, n_out):
+        temp[cur] = -1
+        diff = pts - pts[cur]
+        d = (diff[:, 0] * diff[:, 0] + diff[:, 1] * diff[:, 1]) + diff[:, 2] * diff[:, 2]
+        temp = np.where(d < temp, d, temp)
+        cur = int(np.argmax(temp))
+        idx[j] = cur
+        dist2[j] = temp[cur]
+    return idx, dist2
+
+
+def farthest_property_violations(xyz, idx, length, rtol=1e-6, atol=1e-12):
+    """Replays the op's choices in float64 and lists the steps j whose chosen point is not a
+    farthest point (its float64 distance to the earlier samples below the maximum by more than
+    rtol relative). Float near-ties may flip in float32, so this is the property to test."""
+    pts = np.asarray(xyz, dtype=np.float64)[:length]
+    chosen = [int(i) for i in idx if i >= 0]
+    temp = np.full(len(pts), np.inf)
+    bad = []
+    for j, c in enumerate(chosen):
+        if j > 0:
+            free = temp.copy()
+            free[chosen[:j]] = -np.inf
+            best = free.max()
+            if temp[c] < best * (1 - rtol) - atol:
+                bad.append((j, c, temp[c], best))
+        temp = np.minimum(temp, ((pts - pts[c]) ** 2).sum(1))
+    return bad
+
+
+def check_row_properties(idx, dist2, L, npoint):
+    """Unique in-range indices in the first min(npoint, L) slots, -1 and 0 after them, dist2
+    starting at 0 and not increasing."""
+    n_out = min(npoint, L)
+    head = idx[:n_out]
+    assert ((head >= 0) & (head < L)).all(), f"indices outside [0, {L}): {head}"
+    assert len(np.unique(head)) == n_out, "duplicate indices"
+    assert (idx[n_out:] == -1).all(), "slots past min(npoint, L) must be -1"
+    assert (dist2[n_out:] == 0).all(), "dist2 of empty slots must be 0"
+    if n_out:
+        assert dist2[0] == 0
+        assert (np.diff(dist2[1:n_out]) <= 0).all(), "coverage radius increased"
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@pytest.mark.parametrize("N,npoint", [(1, 1), (2, 5), (3, 3), (5, 2), (7, 7), (8, 3), (33, 16),
+                                      (257, 100), (1000, 1000), (4099, 512)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_matches_reference(device, gen, N, npoint, dtype):
+    B = 3
+    xyz = rand_points(B, N, gen, dtype=dtype)
+    idx, dist2 = fps_op(xyz.to(device), npoint)
+    for b in range(B):
+        ref_idx, ref_d = fps_reference(xyz[b].numpy(), npoint)
+        assert_equal(idx[b], torch.from_numpy(ref_idx), what=f"idx[{b}]")
+        assert_equal(dist2[b], torch.from_numpy(ref_d), what=f"dist2[{b}]")
+
+
+@pytest.mark.parametrize("case", ["uniform", "clustered", "utm"])
+def test_ragged_batches_and_start(device, gen, case):
+    B, N, npoint = 6, 300, 120
+    if case == "uniform":
+        xyz = rand_points(B, N, gen)
+    elif case == "clustered":  # many exact ties and duplicate points
+        xyz = clustered_points(B, N, gen, clusters=4)
+    else:  # lidar in UTM metres: 1e5 offsets, a 100 m extent
+        xyz = rand_points(B, N, gen, scale=100.0, offset=1e5)
+    lengths = random_lengths(B, N, gen)
+    lengths[0] = 0
+    lengths[1] = N
+    lengths[2] = 1
+    start = (torch.rand(B, generator=gen) * lengths).long().clamp(min=0)
+    start = torch.minimum(start, (lengths - 1).clamp(min=0))
+    idx, dist2 = fps_op(xyz.to(device), npoint, lengths.to(device), start.to(device))
+    idx, dist2 = idx.cpu().numpy(), dist2.cpu().numpy()
+    for b in range(B):
+        L = int(lengths[b])
+        ref_idx, ref_d = fps_reference(xyz[b].numpy(), npoint, L, int(start[b]))
+        np.testing.assert_array_equal(idx[b], ref_idx, err_msg=f"cloud {b}, L={L}")
+        np.testing.assert_array_equal(dist2[b], ref_d, err_msg=f"cloud {b}, L={L}")
+        check_row_properties(idx[b], dist2[b], L, npoint)
+
+
+@pytest.mark.parametrize("offset,scale", [(0.0, 1.0), (1e5, 200.0), (-3e4, 1e-2)])
+def test_farthest_point_property_in_float64(device, gen, offset, scale):
+    B, N, npoint = 2, 2000, 600
+    xyz = rand_points(B, N, gen, scale=scale, offset=offset)
+    idx = fps_op(xyz.to(device), npoint)[0].cpu().numpy()
+    for b in range(B):
+        bad = farthest_property_violations(xyz[b].numpy(), idx[b], N)
+        assert not bad, f"cloud {b}: steps that did not take a farthest point: {bad[:5]}"
+
+
+def test_utm_coordinates_sample_like_the_origin(device, gen):
+    """A cloud moved by 1e5 picks the same points as the original where float32 resolves the
+    distances: no 1e10-style sentinel caps the distances."""
+    xyz = torch.randint(0, 64, (1, 500, 3), generator=gen).float()  # exact in float32 at 1e5
+    near = fps_op(xyz.to(device), 200)[0]
+    far = fps_op((xyz + 1e5).to(device), 200)[0]
+    assert_equal(far, near, what="idx")
+
+
+@pytest.mark.parametrize("N,npoint", [(1, 1), (4, 4), (50, 50), (50, 80), (1000, 1000)])
+def test_duplicates_and_constant_clouds_give_unique_indices(device, gen, N, npoint):
+    base = rand_points(1, (N + 3) // 4, gen)
+    dup = base.repeat(1, 4, 1)[:, :N]  # every point 4 times
+    const = torch.full((1, N, 3), 0.25)
+    for xyz in (dup, const):
+        idx, dist2 = fps_op(xyz.to(device), npoint)
+        check_row_properties(idx[0].cpu().numpy(), dist2[0].cpu().numpy(), N, npoint)
+        ref_idx, _ = fps_reference(xyz[0].numpy(), npoint)
+        assert_equal(idx[0], torch.from_numpy(ref_idx), what="idx")
+    # a constant cloud ties everywhere: lowest index first
+    assert_equal(fps_op(const.to(device), npoint)[0][0, : min(N, npoint)], torch.arange(min(N, npoint)))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_every_dtype_computes_in_float32_or_float64(device, gen, dtype):
+    xyz = rand_points(2, 500, gen, dtype=dtype)
+    idx, dist2 = fps_op(xyz.to(device), 128)
+    assert idx.dtype == torch.int64 and dist2.dtype == dtype
+    work = xyz.double() if dtype == torch.float64 else xyz.float()  # half types: exact upcast
+    for b in range(2):
+        ref_idx, ref_d = fps_reference(work[b].numpy(), 128)
+        assert_equal(idx[b], torch.from_numpy(ref_idx), what="idx")
+        assert_equal(dist2[b], torch.from_numpy(ref_d).to(dtype), what="dist2")
+
+
+def test_non_contiguous_input(device, gen):
+    big = rand_points(4, 400, gen).to(device)
+    xyz = big.transpose(0, 1).contiguous().transpose(0, 1)[::2, ::2]  # strided in every dim
+    assert not xyz.is_contiguous()
+    assert_equal(fps_op(xyz, 64)[0], fps_op(xyz.contiguous(), 64)[0])
+
+
+def test_empty_batch_and_empty_clouds(device):
+    idx, dist2 = fps_op(torch.empty(0, 10, 3, device=device), 4)
+    assert idx.shape == (0, 4) and dist2.shape == (0, 4)
+    idx, dist2 = fps_op(torch.empty(2, 0, 3, device=device), 3)
+    assert (idx == -1).all() and (dist2 == 0).all()
+
+
+def test_random_start_is_in_range_and_reproducible(device, gen):
+    B, N = 64, 50
+    xyz = rand_points(B, N, gen).to(device)
+    lengths = random_lengths(B, N, gen, device=device)
+    torch.manual_seed(1234)
+    a = pcops.furthest_point_sample(xyz, 5, lengths, random_start=True)
+    torch.manual_seed(1234)
+    b = pcops.furthest_point_sample(xyz, 5, lengths, random_start=True)
+    assert_equal(a, b)
+    first = a[:, 0].cpu()
+    valid = lengths.cpu() > 0
+    assert ((first[valid] >= 0) & (first[valid] < lengths.cpu()[valid])).all()
+    assert (first[~valid] == -1).all()
+    assert len(set(first[lengths.cpu() > 1].tolist())) > 1, "random starts all equal"
+    # and each row is the FPS from its own first sample
+    for bb in range(B):
+        ref_idx, _ = fps_reference(xyz[bb].cpu().numpy(), 5, int(lengths[bb]), max(int(first[bb]), 0))
+        assert_equal(a[bb], torch.from_numpy(ref_idx))
+
+
+def test_wrapper_returns_idx_or_pair(gen):
+    xyz = rand_points(2, 30, gen)
+    idx = pcops.furthest_point_sample(xyz, 8)
+    idx2, dist2 = pcops.furthest_point_sample(xyz, 8, return_dist2=True)
+    assert_equal(idx, idx2)
+    assert dist2.shape == (2, 8)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_opcheck(device, gen, requires_grad):
+    xyz = rand_points(2, 40, gen).to(device).requires_grad_(requires_grad)
+    lengths = torch.tensor([40, 17], device=device)
+    torch.library.opcheck(fps_op, (xyz, 10))
+    torch.library.opcheck(fps_op, (xyz, 50, lengths, torch.tensor([3, 16], device=device)))
+
+
+# ---------------------------------------------------------------------------------------------
+# bad inputs: each raises a Python exception naming the op and the argument
+
+
+def _bad_cases(device):
+    x = torch.rand(2, 10, 3, device=device)
+    L = lambda *v: torch.tensor(v, device=device)  # noqa: E731
+    return [
+        ((torch.rand(10, 3, device=device), 4), ValueError, r"'xyz' must be a tensor of shape \[B, N, 3\], got a 2-D"),
+        ((torch.rand(2, 10, 2, device=device), 4), ValueError, r"'xyz' must be a tensor of shape \[B, N, 3\]"),
+        ((torch.ones(2, 10, 3, dtype=torch.int32, device=device), 4), TypeError, r"'xyz' must be a floating point"),
+        ((torch.ones(2, 10, 3, dtype=torch.bool, device=device), 4), TypeError, r"'xyz' must be a floating point"),
+        ((x, 0), ValueError, r"'npoint' must be >= 1, got 0"),
+        ((x, -3), ValueError, r"'npoint' must be >= 1, got -3"),
+        ((x, 4, L(3)), ValueError, r"'lengths' must have 2 \(the batch size B\)"),
+        ((x, 4, L(3.0, 4.0)), TypeError, r"'lengths' must be an int64 tensor"),
+        ((x, 4, L(3, 11)), ValueError, r"'lengths' must hold values in \[0, N\] = \[0, 10\], got values in \[3, 11\]"),
+        ((x, 4, L(-1, 5)), ValueError, r"'lengths' must hold values in \[0, N\]"),
+        ((x, 4, None, L(0, 10)), ValueError, r"'start' must hold, for each b, a value in \[0, lengths\[b\]\).*start\[1\] = 10"),
+        ((x, 4, L(5, 5), L(0, 5)), ValueError, r"start\[1\] = 5 with lengths\[1\] = 5"),
+        ((x, 4, None, L(-1, 0)), ValueError, r"start\[0\] = -1"),
+        ((x, 4, None, L(0, 0, 0)), ValueError, r"'start' must have 2 \(the batch size B"),
+        ((x, 4, None, L(0, 0), True), ValueError, r"either 'start' or random_start=True"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(15))
+def test_bad_inputs_raise(device, case):
+    args, exc, pattern = _bad_cases(device)[case]
+    with pytest.raises(exc, match=r"pcops\.furthest_point_sample: .*" + pattern):
+        fps_op(*args)
+
+
+def test_mixed_devices_raise(cuda):
+    x = torch.rand(2, 10, 3)
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: .*'lengths' must be on the same device"):
+        fps_op(x.cuda(), 4, torch.tensor([3, 4]))
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: .*'xyz' is .* while another argument is on CUDA"):
+        fps_op(x, 4, torch.tensor([3, 4], device="cuda"))
