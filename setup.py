@@ -101,7 +101,10 @@ NVCC_FLAGS = ["-fmad=false", "-lineinfo"] + (["-O0", "-g"] if DEBUG else ["-O3"]
 DEFINES = ["-DPCOPS_DEBUG_SYNC"] if DEBUG else []
 if WITH_CUDA:
     DEFINES.append("-DPCOPS_WITH_CUDA")
-if PY_LIMITED_API:
+WHEEL_ABI_TAG = "cp39"
+if PY_LIMITED_API and "-DPy_LIMITED_API=" in open(cpp_extension.__file__).read():
+    WHEEL_ABI_TAG = "cp310"  # newer torch defines Py_LIMITED_API (3.10) itself
+elif PY_LIMITED_API:
     CXX_FLAGS.append("-DPy_LIMITED_API=0x03090000")
 
 
@@ -175,5 +178,5 @@ setup(
     install_requires=["torch", "numpy"],
     python_requires=">=3.9",
     cmdclass={"build_ext": BuildExt},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}} if PY_LIMITED_API else {},
+    options={"bdist_wheel": {"py_limited_api": WHEEL_ABI_TAG}} if PY_LIMITED_API else {},
 )
