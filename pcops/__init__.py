@@ -22,10 +22,5 @@ WITH_CUDA: bool = _build_info.WITH_CUDA
 
 __all__ = [
     "WITH_CUDA",
-    "ball_query",
-    "circle_nms",
-    "circle_nms_mask",
     "furthest_point_sample",
-    "group",
-    "knn",
 ]
