@@ -75,6 +75,12 @@ def main():
         t_loop = None
         if npoint <= loop_limit and (dev != "cpu" or B * N * npoint <= 1e9):
             t_loop = time_fn(lambda: fps_torch_loop(xyz, npoint), dev, warmup=1, reps=3)
+        variants = {}
+        if dev != "cpu":  # the two CUDA kernels, forced (identical results; the default picks by size)
+            for v, name in (("1", "block"), ("2", "cluster")):
+                os.environ["PCOPS_FPS_VARIANT"] = v
+                variants[name] = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint), dev, warmup=1, reps=reps)
+            del os.environ["PCOPS_FPS_VARIANT"]
         peer_times = {}
         for name, fn in peers.items():
             try:
@@ -83,10 +89,11 @@ def main():
                 peer_times[name] = None
                 print(f"{name} failed on B={B} N={N} npoint={npoint}: {type(e).__name__}: {e}")
         best_other = min([t for t in [t_loop, *peer_times.values()] if t is not None], default=None)
-        rows.append([B, N, npoint, fmt_ms(t_pcops), f"{B * N * npoint / t_pcops / 1e6:.2f}",
+        rows.append([B, N, npoint, fmt_ms(t_pcops), *(fmt_ms(t) for t in variants.values()),
+                     f"{B * N * npoint / t_pcops / 1e6:.2f}",
                      fmt_ms(t_loop), *(fmt_ms(peer_times[p]) for p in peers),
                      f"{best_other / t_pcops:.1f}x" if best_other else "-"])
-    header = ["B", "N", "npoint", "pcops ms", "Gupd/s", "torch loop ms", *(f"{p} ms" for p in peers),
+    header = ["B", "N", "npoint", "pcops ms", *(["block ms", "cluster ms"] if dev != "cpu" else []), "Gupd/s", "torch loop ms", *(f"{p} ms" for p in peers),
               "speedup vs best other"]
     print_table(f"furthest_point_sample on {dev} (median of CUDA events / wall clock)", header, rows,
                 args.out)

@@ -356,3 +356,24 @@ def test_cuda_sanitizer_cases(cuda, gen, N, npoint, dtype):
     gpu = fps_op(xyz.cuda(), npoint, lengths.cuda(), start.cuda())
     cpu = fps_op(xyz, npoint, lengths, start)
     assert_equal(gpu[0], cpu[0], what="idx")
+
+
+@pytest.mark.parametrize("variant", ["1", "2"])
+@pytest.mark.parametrize("N,npoint", [(1, 1), (7, 7), (1000, 300), (8193, 2000), (30000, 500)])
+def test_cuda_kernel_variants_equal_cpu(cuda, gen, monkeypatch, variant, N, npoint):
+    """Both CUDA kernels (one block per cloud, a cluster per cloud) give the CPU's bits."""
+    monkeypatch.setenv("PCOPS_FPS_VARIANT", variant)
+    xyz = rand_points(3, N, gen)
+    lengths = torch.tensor([N, max(N // 3, 1), 0])
+    gpu = fps_op(xyz.cuda(), npoint, lengths.cuda())
+    cpu = fps_op(xyz, npoint, lengths)
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
+@pytest.mark.sanitizer
+def test_cuda_sanitizer_cluster_kernel(cuda, gen, monkeypatch):
+    monkeypatch.setenv("PCOPS_FPS_VARIANT", "2")
+    xyz = rand_points(2, 3000, gen)
+    lengths = torch.tensor([3000, 5])
+    assert_equal(fps_op(xyz.cuda(), 200, lengths.cuda())[0], fps_op(xyz, 200, lengths)[0])
