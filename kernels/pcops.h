@@ -128,7 +128,10 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
  *           added in ascending (m,s) order starting from 0 -- a fixed order, so the result is
  *           the same bits on every run and on CPU and CUDA. No floating-point atomics.
  *           CPU: FLOAT32 or FLOAT64 (the caller upcasts half types).
- *           CUDA: all four dtypes; half types accumulate in float32.
+ *           CUDA: all four dtypes; half types accumulate in float32 and are rounded once.
+ *           Indices outside [0, N) add nothing. The CUDA backward needs the scratch of
+ *           pcops_group_backward_cuda_workspace_bytes(B, N, M, S): sort keys and positions of
+ *           the B*M*S slots, B*N+1 segment offsets and cub's radix-sort temp storage.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
                              int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out);
