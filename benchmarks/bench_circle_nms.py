@@ -27,7 +27,8 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/ (common) and the checkout (pcops)
 from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
 
 import pcops  # noqa: E402
