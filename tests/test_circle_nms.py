@@ -175,6 +175,36 @@ def test_ties_and_large_coordinates(device, gen, case):
     check_result(centers, scores, 0.5, groups, device)
 
 
+@pytest.mark.parametrize("shape", ["wide", "tall", "negative"])
+def test_elongated_and_negative_scenes(device, gen, shape):
+    """Scenes spread along x, along y, and around the origin (negative coordinates, -0.0)."""
+    centers, scores, groups = detections(3000, gen, grid=4, n_groups=3)
+    if shape == "wide":
+        centers[:, 0] *= 20
+    elif shape == "tall":
+        centers[:, 1] *= 20
+    else:
+        centers = torch.round((centers - centers.mean(0)) * 4) / 4
+        assert (centers == 0).any() and (centers < 0).any()
+    check_result(centers, scores, 0.5, groups, device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("radius", [1e-30, 0.5, 1e20, 1e200])
+def test_non_finite_and_extreme_values(device, gen, dtype, radius):
+    """inf / NaN / huge centres (distances overflow to inf, or are NaN: never within the
+    radius), and radii whose square rounds to 0 or overflows to inf in the compute dtype."""
+    centers, scores, groups = detections(400, gen, grid=2, n_groups=2)
+    big = torch.finfo(dtype).max / 2
+    specials = torch.tensor([float("inf"), -float("inf"), float("nan"), big, -big])
+    pick = torch.randint(0, 5, (80, 2), generator=gen)
+    centers = centers.to(dtype)
+    centers[:80, :2] = torch.where(torch.rand(80, 2, generator=gen) < 0.5, specials[pick].to(dtype), centers[:80, :2])
+    centers[80:90, :2] = big  # a cluster of huge but finite centres
+    with np.errstate(all="ignore"):
+        check_result(centers, scores, radius, groups, device)
+
+
 def test_translation_to_1e5_keeps_the_same_boxes(device, gen):
     """On a 1/16 grid the coordinates and their differences are exact in float32 also at
     1e5, so the NMS of the moved scene is the NMS of the original: no precision is lost to
