@@ -13,9 +13,10 @@
  *      group's run where fl(fl(u - u0)**2) < r2: the full test adds fl(dv*dv) >= 0 to that
  *      term, and rounding is monotone, so fl(du*du + dv*dv) < r2 implies fl(du*du) < r2; and
  *      fl(u - u0)**2 only grows as u moves away from u0, so the set is an interval around the
- *      box. Two binary searches find it; a vectorised loop applies the exact test to it.
+ *      box. A galloping search out from the box finds it; a vectorised loop applies the exact
+ *      test to it.
  * Removing boxes already visited is harmless (their fate is decided), so the loop needs no
- * check of visiting order. Cost O(N log N + sum over kept boxes of their interval), at worst
+ * check of visiting order. Cost O(N) for the sorts plus the kept boxes' intervals, at worst
  * (all boxes in one narrow strip) O(K * N), vectorised. One thread: the work per kept box is
  * far too small to share, and barriers cost more than it on a loaded machine.
  *

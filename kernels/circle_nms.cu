@@ -24,15 +24,16 @@
  *     per position; in shared memory when C <= kScanSharedWords, else in the workspace) starts
  *     at 0. For each row block rb in turn:
  *       - thread 0 resolves the block's 64 boxes one after the other: box t is kept unless its
- *         bit is in `rem` (removed[rb], plus the padding rows past N), and a kept box ORs its
+ *         bit is in `rem` (removed[rb], plus the rows that can never be kept: past N, or with
+ *         an order entry outside [0, N)), and a kept box ORs its
  *         diagonal word mask[rb*64 + t][rb] into `rem`. The 64 diagonal words were loaded
  *         into shared memory in parallel, during the previous block's turn (a prefetch);
  *       - the kept boxes are written out (keep_mask[order[pos]] = true, keep_idx compacted in
  *         visiting order: every thread keeps the running count);
  *       - the kept rows' words are ORed into removed[cb] for every later column block cb, the
- *         column blocks split between the threads (one thread per cb: the 64 row loads of a
- *         thread are independent and go out together; a warp's loads of one row are
- *         consecutive words).
+ *         column blocks split between the threads (one thread per cb; its loads of the kept
+ *         rows go out kOrBatch at a time, independent of each other; a warp's loads of one row
+ *         are consecutive words).
  *     Two barriers per row block. Cost: C sequential steps plus reading the K kept rows'
  *     upper-triangle words once.
  *

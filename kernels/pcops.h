@@ -152,7 +152,7 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  * visit keeps nothing and removes nothing (no out-of-bounds access).
  *
  * CPU: one thread; the boxes sorted by group and along x or y, so that a kept box tests only the
- * boxes of its group within the radius along that axis; O(N log N + K * band), at worst
+ * boxes of its group within the radius along that axis; O(N + K * band), at worst
  * O(K * N), for K kept boxes; workspace O(N).
  * CUDA: a suppression bitmask of N * ceil(N/64) 64-bit words in the workspace (about N**2 / 8
  * bytes: 134 MB for N = 32768, 313 MB for N = 50000; only its upper triangle is written and

@@ -592,6 +592,14 @@ def test_bad_inputs_raise(device, case, op):
             mask_op(*args)
 
 
+def test_cuda_too_many_boxes_raise(cuda):
+    N = 65535 * 64 + 1  # one 64-box block more than the mask kernel's grid allows
+    c, s = torch.zeros(N, 2, device=cuda), torch.zeros(N, device=cuda)
+    for op in (nms_op, mask_op):
+        with pytest.raises(ValueError, match=r"pcops\.circle_nms(_mask)?: argument 'centers' must hold at most 4194240 boxes on CUDA"):
+            op(c, s, 1.0)
+
+
 def test_mixed_devices_raise(cuda):
     c, s, g = torch.rand(10, 3), torch.rand(10), torch.zeros(10, dtype=torch.long)
     for op in (lambda *a: nms_op(*a[:3], -1, *a[3:]), mask_op):
