@@ -381,13 +381,6 @@ def test_opcheck(device, gen, requires_grad):
     torch.library.opcheck(nms_op, (c, s, 0.5, 10, g))
 
 
-def test_outputs_do_not_require_grad(device, gen):
-    centers, scores, _ = detections(50, gen)
-    c, s = to(device, centers.requires_grad_(), scores.requires_grad_())
-    assert not nms_op(c, s, 0.5).requires_grad
-    assert not mask_op(c, s, 0.5).requires_grad
-
-
 def test_compile(device, gen):
     """circle_nms_mask compiles into one graph; circle_nms compiles with its data-dependent
     output size captured, or with a graph break."""
