@@ -25,6 +25,8 @@ WITH_CUDA: bool = _build_info.WITH_CUDA
 
 __all__ = [
     "WITH_CUDA",
+    "circle_nms",
+    "circle_nms_mask",
     "furthest_point_sample",
     "group",
     "group_backward",
