@@ -102,7 +102,7 @@ class BuildExt(cpp_extension.BuildExtension):
             obj = os.path.join(out_dir, os.path.basename(src)[:-2] + ".o")
             if (self.force or not os.path.exists(obj)
                     or os.path.getmtime(obj) < max(os.path.getmtime(src), newest_header)):
-                cmd = [cc, *C_FLAGS, *DEFINES, "-c", src, "-o", obj]
+                cmd = [cc, *C_FLAGS, "-c", src, "-o", obj]  # the C code needs no CUDA header
                 print(" ".join(cmd))
                 subprocess.run(cmd, check=True)
             objects.append(obj)
