@@ -10,16 +10,6 @@ namespace {
 constexpr const char* kGroup = "group";
 constexpr const char* kBackward = "group_backward";
 
-// The four float dtypes of the contract (check_float_tensor also lets float8 types through).
-void check_float_dtype(const char* op, const char* name, const at::Tensor& t) {
-    const auto type = t.scalar_type();
-    TORCH_CHECK_TYPE(type == at::kFloat || type == at::kDouble || type == at::kHalf ||
-                         type == at::kBFloat16,
-                     "pcops.", op, ": argument '", name,
-                     "' must be a floating point tensor (float32, float64, float16 or bfloat16), got ",
-                     describe(t));
-}
-
 // idx holds values in [-1, n) (`n_name` says what n is); one host sync on CUDA, skipped while
 // capturing a CUDA graph (the kernels treat any value outside [0, n) as -1).
 void check_idx_values(const char* op, const at::Tensor& idx, int64_t n, const char* n_name) {
