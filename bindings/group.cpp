@@ -15,8 +15,9 @@ constexpr const char* kBackward = "group_backward";
 void check_idx_values(const char* op, const at::Tensor& idx, int64_t n, const char* n_name) {
     if (idx.numel() == 0 || !check_values_now(idx)) return;
     auto [lo, hi] = value_range(idx);
-    TORCH_CHECK_VALUE(lo >= -1 && hi < n, "pcops.", op, ": argument 'idx' must hold values in [-1, ",
-                      n_name, ") = [-1, ", n, "), got values in [", lo, ", ", hi, "]");
+    TORCH_CHECK_VALUE(lo >= -1 && hi < n, "pcops.", op,
+                      ": argument 'idx' must hold values in [-1, ", n_name, ") = [-1, ", n,
+                      "), got values in [", lo, ", ", hi, "]");
 }
 
 struct GroupCall {

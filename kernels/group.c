@@ -9,6 +9,7 @@
  *
  * Forward work sharing: OpenMP over the B*M rows of S slots; each slot is one copy of C
  * elements (the forward only moves bytes, so one routine serves every dtype by element size).
+ * Small calls (GROUP_PARALLEL_MIN_*) run on one thread, forward and backward.
  *
  * Backward work sharing, without atomics and with a summation order that does not depend on
  * the number of threads: grad_features is cut into disjoint tasks (batch b, a range of points
@@ -30,6 +31,10 @@
 
 /* Channels per backward task: 256 floats = 1 KiB of each row. */
 #define GROUP_CHANNEL_CHUNK 256
+/* Below this many bytes copied (forward) or elements added (backward) a call runs on one
+ * thread: waking the OpenMP team costs more than the work. */
+#define GROUP_PARALLEL_MIN_BYTES 262144.0
+#define GROUP_PARALLEL_MIN_ELEMENTS 65536.0
 
 static int group_max_threads(void) {
 #ifdef _OPENMP
@@ -60,7 +65,9 @@ static int group_max_threads(void) {
 static void group_forward(const void* features, const int64_t* idx, int64_t B, int64_t N,
                           int64_t C, int64_t M, int64_t S, size_t elem_bytes, void* out) {
     const int64_t rows = B * M;
-#pragma omp parallel for schedule(static)
+    const int parallel =
+        (double)rows * (double)S * (double)C * (double)elem_bytes >= GROUP_PARALLEL_MIN_BYTES;
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t b = r / M;
         const char* src_b = (const char*)features + (size_t)(b * N) * (size_t)C * elem_bytes;

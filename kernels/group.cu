@@ -67,8 +67,12 @@ struct Float64 {
 struct Float16 {
     using Storage = uint16_t;
     using Acc = float;
-    static __device__ __forceinline__ float load(uint16_t x) { return __half2float(__ushort_as_half(x)); }
-    static __device__ __forceinline__ uint16_t store(float a) { return __half_as_ushort(__float2half_rn(a)); }
+    static __device__ __forceinline__ float load(uint16_t x) {
+        return __half2float(__ushort_as_half(x));
+    }
+    static __device__ __forceinline__ uint16_t store(float a) {
+        return __half_as_ushort(__float2half_rn(a));
+    }
 };
 struct BFloat16 {
     using Storage = uint16_t;
