@@ -84,7 +84,10 @@ def peer_fns(query, ref, radius, nsample):
 def main():
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch and OpenMP)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # the same libgomp runs the pcops kernels
     device = args.device
     on_cuda = device.startswith("cuda")
     reps = 3 if args.quick else (30 if on_cuda else 5)
