@@ -16,6 +16,7 @@ from ._loader import load_library as _load_library
 _build_info = _load_library()
 
 from .ball_query import ball_query  # noqa: E402
+from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
 
@@ -31,5 +32,4 @@ __all__ = [
     "furthest_point_sample",
     "group",
     "group_backward",
-    "knn",
 ]

@@ -50,6 +50,12 @@ def group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
 
     Returns:
         ``[B, num_points, C]`` in the dtype of ``grad_out``.
+
+    Example:
+        >>> idx = torch.tensor([[[0, 2], [2, -1]]])                 # B=1, M=2, S=2
+        >>> g = torch.ones(1, 2, 2, 4)                               # C=4
+        >>> pcops.group_backward(g, idx, num_points=3)[0, :, 0]     # point 2 was gathered twice
+        tensor([1., 0., 2.])
     """
     return torch.ops.pcops.group_backward.default(grad_out, idx, num_points)
 
