@@ -375,7 +375,7 @@ def test_cuda_matches_cpu_bitwise(cuda, gen, dtype, B, N, C, M, S):
 
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-@pytest.mark.parametrize("B,N,C,M,S", [(1, 1, 1, 1, 1), (2, 3, 5, 4, 3), (3, 7, 8, 5, 7), (2, 33, 16, 9, 4)])
+@pytest.mark.parametrize("B,N,C,M,S", [(1, 1, 1, 1, 1), (3, 7, 8, 5, 7), (2, 33, 16, 9, 4)])
 def test_cuda_small_against_reference(cuda, gen, dtype, B, N, C, M, S):
     features = rand_features(B, N, C, gen, dtype=dtype)
     idx = rand_idx(B, M, S, N, gen)
