@@ -37,6 +37,15 @@ void check_float_tensor(const char* op, const char* name, const at::Tensor& t, i
                       describe(t));
 }
 
+void check_float_dtype(const char* op, const char* name, const at::Tensor& t) {
+    const auto type = t.scalar_type();
+    TORCH_CHECK_TYPE(type == at::kFloat || type == at::kDouble || type == at::kHalf ||
+                         type == at::kBFloat16,
+                     "pcops.", op, ": argument '", name,
+                     "' must be a floating point tensor (float32, float64, float16 or bfloat16), got ",
+                     describe(t));
+}
+
 void check_index_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
                         const char* shape) {
     TORCH_CHECK_VALUE(t.defined(), "pcops.", op, ": argument '", name, "' must be a tensor of shape ",

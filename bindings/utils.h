@@ -28,6 +28,10 @@ std::string describe(const at::Tensor& t);
 void check_float_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
                         int64_t last_dim, const char* shape);
 
+// `t` is float32, float64, float16 or bfloat16 (check_float_tensor lets float8 types through;
+// they would reach to_pcops_dtype and fail there with a message that names no op).
+void check_float_dtype(const char* op, const char* name, const at::Tensor& t);
+
 // `t` is an int64 tensor of rank `rank` ("[B, M, S]" in words).
 void check_index_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
                         const char* shape);

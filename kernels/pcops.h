@@ -127,8 +127,9 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
  *           grad_features[b,n,:] = sum of grad_out[b,m,s,:] over the (m,s) with idx[b,m,s]==n,
  *           added in ascending (m,s) order starting from 0 -- a fixed order, so the result is
  *           the same bits on every run and on CPU and CUDA. No floating-point atomics.
- *           CPU: FLOAT32 or FLOAT64 (the caller upcasts half types).
- *           CUDA: all four dtypes; half types accumulate in float32 and are rounded once.
+ *           All four dtypes; half types accumulate in float32. grad_features has the
+ *           dtype of grad_out, except on the CPU for half types, where it is float32 (the
+ *           sums before rounding; the caller rounds them once, as the CUDA kernel does).
  *           Indices outside [0, N) add nothing. The CUDA backward needs the scratch of
  *           pcops_group_backward_cuda_workspace_bytes(B, N, M, S): sort keys and positions of
  *           the B*M*S slots, B*N+1 segment offsets and cub's radix-sort temp storage.
