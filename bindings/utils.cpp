@@ -25,18 +25,6 @@ std::string describe(const at::Tensor& t) {
     return s.str();
 }
 
-void check_float_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
-                        int64_t last_dim, const char* shape) {
-    TORCH_CHECK_VALUE(t.defined(), "pcops.", op, ": argument '", name, "' must be a tensor of shape ",
-                      shape, ", got an undefined tensor");
-    TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), "pcops.", op, ": argument '", name,
-                     "' must be a floating point tensor (float32, float64, float16 or bfloat16), got ",
-                     describe(t));
-    TORCH_CHECK_VALUE(t.dim() == rank && (last_dim < 0 || t.size(-1) == last_dim), "pcops.", op,
-                      ": argument '", name, "' must be a tensor of shape ", shape, ", got ",
-                      describe(t));
-}
-
 void check_float_dtype(const char* op, const char* name, const at::Tensor& t) {
     const auto type = t.scalar_type();
     TORCH_CHECK_TYPE(type == at::kFloat || type == at::kDouble || type == at::kHalf ||
@@ -44,6 +32,16 @@ void check_float_dtype(const char* op, const char* name, const at::Tensor& t) {
                      "pcops.", op, ": argument '", name,
                      "' must be a floating point tensor (float32, float64, float16 or bfloat16), got ",
                      describe(t));
+}
+
+void check_float_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
+                        int64_t last_dim, const char* shape) {
+    TORCH_CHECK_VALUE(t.defined(), "pcops.", op, ": argument '", name, "' must be a tensor of shape ",
+                      shape, ", got an undefined tensor");
+    check_float_dtype(op, name, t);  // float8 and other exotic floating types are rejected too
+    TORCH_CHECK_VALUE(t.dim() == rank && (last_dim < 0 || t.size(-1) == last_dim), "pcops.", op,
+                      ": argument '", name, "' must be a tensor of shape ", shape, ", got ",
+                      describe(t));
 }
 
 void check_index_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
