@@ -15,6 +15,7 @@ from ._loader import load_library as _load_library
 _build_info = _load_library()
 
 from .fps import furthest_point_sample  # noqa: E402
+from .knn import knn  # noqa: E402
 
 __version__ = "0.1.0"
 WITH_CUDA: bool = _build_info.WITH_CUDA
