@@ -394,16 +394,17 @@ int threads_for(int64_t M) {
 }
 
 // Ref ranges per query: enough (query, range) threads to fill the GPU when there are few
-// queries, each range at least kMinSplitLen refs long.
-constexpr int64_t kMinSplitLen = 512;
+// queries, each range at least max(kMinSplitLen, 8 k) refs long, so that scanning a range
+// stays the larger part of the work (a merge inserts up to k entries per range).
+constexpr int64_t kMinSplitLen = 256;
 constexpr int64_t kMaxSplits = 64;
 
-int64_t choose_splits(int64_t B, int64_t M, int64_t N, int sms) {
+int64_t choose_splits(int64_t B, int64_t M, int64_t N, int64_t K, int sms) {
     const int64_t target_threads = (int64_t)sms * 1024;
     const int64_t queries = B * M;
     if (queries <= 0 || queries >= target_threads / 2) return 1;
     int64_t s = (target_threads + queries - 1) / queries;
-    const int64_t by_len = N / kMinSplitLen;
+    const int64_t by_len = N / (8 * K > kMinSplitLen ? 8 * K : kMinSplitLen);
     if (s > by_len) s = by_len;
     if (s > kMaxSplits) s = kMaxSplits;
     return s < 1 ? 1 : s;
@@ -412,7 +413,7 @@ int64_t choose_splits(int64_t B, int64_t M, int64_t N, int sms) {
 template <typename T>
 size_t workspace_bytes(int64_t B, int64_t M, int64_t N, int64_t K, const DeviceInfo& info) {
     if (B <= 0 || M <= 0 || K < 1 || K > MaxRegisterK<T>::value) return 0;
-    const int64_t S = choose_splits(B, M, N, info.sms);
+    const int64_t S = choose_splits(B, M, N, K, info.sms);
     if (S == 1) return 0;
     // part_d [B,S,M,K] T, then part_i [B,S,M,K] int (T is 4 or 8 bytes: int stays aligned)
     return (size_t)(B * S * M * K) * (sizeof(T) + sizeof(int));
@@ -488,7 +489,7 @@ cudaError_t launch_knn(const T* query, const T* ref, const int64_t* query_length
         p.split_len = N;
         return launch_heap(query, ref, p, B, info, dist2, idx, stream);
     }
-    p.splits = (int)choose_splits(B, M, N, info.sms);
+    p.splits = (int)choose_splits(B, M, N, K, info.sms);
     p.split_len = (N + p.splits - 1) / p.splits;
     if (p.splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
     switch (register_bucket(K)) {

@@ -209,6 +209,17 @@ def test_empty_inputs(device, gen):
         assert (i == -1).all() and (d == float("inf")).all()
 
 
+def test_indices_past_16_bits(device, gen):
+    """Neighbours past index 65535 (kept in packed keys by the CPU heaps)."""
+    query = rand_points(1, 40, gen)
+    ref = rand_points(1, 70001, gen)
+    ref[0, 65536:] *= 0.01  # the nearest refs of queries near the origin lie past 2**16
+    query[0, :20] *= 0.01
+    dist2, idx = knn_op(query.to(device), ref.to(device), 5)
+    check_against_reference(query, ref, 5, dist2, idx)
+    assert (idx[0, :20] >= 65536).any()
+
+
 def test_k_larger_than_the_cloud(device, gen):
     query, ref = rand_points(2, 9, gen), rand_points(2, 5, gen)
     dist2, idx = knn_op(query.to(device), ref.to(device), 12)
