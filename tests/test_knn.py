@@ -8,11 +8,6 @@ from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, 
 
 knn_op = torch.ops.pcops.knn.default
 
-HAS_GROUP = torch._C._dispatch_has_kernel_for_dispatch_key("pcops::group", "CPU")
-needs_group = pytest.mark.skipif(
-    not HAS_GROUP, reason="the backward needs pcops.group / group_backward (branch bqgroup), not built here"
-)
-
 # k values that reach every CUDA selection path: register buckets 1, 4, 8, 16, 32, 64 (each at
 # its edge and inside it), the shared-memory heap (k > 64) and k above the number of refs.
 BUCKET_KS = [1, 2, 4, 5, 8, 9, 16, 17, 31, 32, 33, 64, 65, 128, 200]
@@ -288,7 +283,7 @@ def test_compile_fullgraph_cpu(gen):
     assert_equal(d1, d2)
 
 
-@pytest.mark.parametrize("requires_grad", [False, pytest.param(True, marks=needs_group)])
+@pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck(device, gen, requires_grad):
     query = rand_points(2, 30, gen, dtype=torch.float64).to(device).requires_grad_(requires_grad)
     ref = rand_points(2, 40, gen, dtype=torch.float64).to(device).requires_grad_(requires_grad)
@@ -311,7 +306,6 @@ def dense_dist2(query, ref, idx):
     return torch.where(idx >= 0, (diff * diff).sum(-1), torch.zeros((), dtype=query.dtype, device=query.device))
 
 
-@needs_group
 def test_gradcheck_float64(device, gen):
     query = rand_points(2, 12, gen, dtype=torch.float64).to(device).requires_grad_()
     ref = rand_points(2, 15, gen, dtype=torch.float64).to(device).requires_grad_()
@@ -324,7 +318,6 @@ def test_gradcheck_float64(device, gen):
     torch.autograd.gradcheck(f, (query, ref))
 
 
-@needs_group
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_backward_matches_autograd_and_is_deterministic(device, gen, dtype):
     query = rand_points(3, 40, gen, dtype=dtype).to(device).requires_grad_()
@@ -346,7 +339,6 @@ def test_backward_matches_autograd_and_is_deterministic(device, gen, dtype):
     assert_equal(gr2, gr, what="grad ref, second run")
 
 
-@needs_group
 def test_backward_only_what_is_needed(device, gen):
     query = rand_points(2, 20, gen).to(device).requires_grad_()
     ref = rand_points(2, 25, gen).to(device)
