@@ -19,6 +19,10 @@ CUDA floor: the time no kernel can beat on this GPU, the larger of
   math:  8 FP32 instructions per (query, ref) pair (3 sub, 3 mul, 2 add; no FMA by contract)
          over --fp32-rate (33.5e12/s: 132 SMs x 128 lanes x 1.98 GHz, one op per lane per clock)
 The floor column names the bound (B = bytes, F = math); "of floor" is floor / time.
+
+On CUDA, "pcops heap" times the per-thread heap kernel (the k > 64 path) on the rows with
+k <= 64 too (PCOPS_KNN_VARIANT=heap; same results), to see where it should take over from the
+register buckets.
 """
 import math
 import os
@@ -44,6 +48,14 @@ mmcv_ops = try_import("mmcv.ops")
 
 def run_pcops(q, r, k):
     return pcops.knn(q, r, k)
+
+
+def run_pcops_heap(q, r, k):
+    os.environ["PCOPS_KNN_VARIANT"] = "heap"
+    try:
+        return pcops.knn(q, r, k)
+    finally:
+        del os.environ["PCOPS_KNN_VARIANT"]
 
 
 def run_torch(q, r, k, mem_bytes):
@@ -152,7 +164,9 @@ def main():
     gen = torch.Generator().manual_seed(0)
     mem_bytes = int(args.torch_mem_gb * 2**30)
 
-    header = ["B", "M", "N", "k", "shape", "pcops ms", "torch ms"] + [f"{n} ms" for n, _ in present]
+    variants = device == "cuda"
+    header = ["B", "M", "N", "k", "shape", "pcops ms"] + (["pcops heap ms"] if variants else [])
+    header += ["torch ms"] + [f"{n} ms" for n, _ in present]
     header += ["speedup vs torch", "speedup vs best peer"]
     if device == "cuda":
         header += ["floor ms", "of floor"]
@@ -168,6 +182,11 @@ def main():
             check_same(run_torch(q, r, k, mem_bytes)[0], ours[0], "torch cdist+topk")
         except (RuntimeError, ValueError):
             pass  # the baseline cannot run this size; timed() reports it below
+        t_heap = None
+        if variants and k <= 64:
+            if not torch.equal(run_pcops_heap(q, r, k)[1], ours[1]):
+                raise SystemExit("the heap variant returned other indices than the register kernels")
+            t_heap = timed(lambda: run_pcops_heap(q, r, k), device, budget)
         t_torch = timed(lambda: run_torch(q, r, k, mem_bytes), device, budget)
         t_peers = []
         for name, fn in present:
@@ -177,7 +196,8 @@ def main():
                 pass
             t_peers.append(timed(lambda fn=fn: fn(q, r, k), device, budget))
         best_peer = min((t for t in t_peers if t is not None), default=None)
-        row = [B, M, N, k, label, fmt_ms(t_ours), fmt_ms(t_torch)] + [fmt_ms(t) for t in t_peers]
+        row = [B, M, N, k, label, fmt_ms(t_ours)] + ([fmt_ms(t_heap)] if variants else [])
+        row += [fmt_ms(t_torch)] + [fmt_ms(t) for t in t_peers]
         row.append(f"{t_torch / t_ours:.2f}x" if t_torch and t_ours else "-")
         row.append(f"{best_peer / t_ours:.2f}x" if best_peer and t_ours else "-")
         if device == "cuda":

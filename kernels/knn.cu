@@ -24,12 +24,18 @@
  *    (ties still go to the lower index, since range s holds lower indices than range s + 1).
  *    The result does not depend on S.
  *  - knn_heap_kernel<T, SHARED> for larger k (no cap): a max-heap on the key (dist2, idx) per
- *    thread, in shared memory when it fits (interleaved by thread), else in the thread's own
- *    output rows in global memory; sorted in place (heapsort) at the end. Slower, correct.
+ *    thread (float32: packed into one 64-bit integer, as on the CPU), in shared memory when it
+ *    fits (interleaved by thread), else in the thread's own output rows in global memory;
+ *    sorted in place (heapsort) at the end. Slower, correct.
+ * Every path returns the same result; PCOPS_KNN_VARIANT=heap (read at each call; for
+ * benchmarks/bench_knn.py) sends every k to the heap kernel, so that the two can be timed
+ * against each other on the same sizes.
  */
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "common.h"
@@ -224,74 +230,142 @@ knn_merge_kernel(KnnParams p, int64_t B, const T* __restrict__ part_d,
     list.write(out_d + row, out_i + row, p.k);
 }
 
-// A max-heap on the key (dist2, idx), entry j at d[j * stride], i[j * stride].
+// Heap entries. float32 packs an entry into one 64-bit key, (dist2 bits << 32) | idx: heap
+// distances are >= +0 and finite, and such floats order like their bit patterns, so the
+// integer order of the keys is the (dist2, idx) order -- one 8-byte load and one integer
+// compare per node (as on the CPU). float64 keeps the pair, in two arrays.
+struct PackedKey {
+    uint64_t key;
+
+    __device__ __forceinline__ static PackedKey make(float d, int64_t n) {
+        return {(uint64_t)__float_as_uint(d) << 32 | (uint64_t)(uint32_t)n};
+    }
+    __device__ __forceinline__ float dist() const { return __uint_as_float((unsigned)(key >> 32)); }
+    __device__ __forceinline__ int64_t index() const { return (int64_t)(key & 0xffffffffull); }
+    __device__ __forceinline__ bool operator>(const PackedKey& o) const { return key > o.key; }
+};
+
+template <typename T>
+struct PairKey {
+    T d;
+    int64_t i;
+
+    __device__ __forceinline__ static PairKey make(T d, int64_t n) { return {d, n}; }
+    __device__ __forceinline__ T dist() const { return d; }
+    __device__ __forceinline__ int64_t index() const { return i; }
+    __device__ __forceinline__ bool operator>(const PairKey& o) const {
+        return d > o.d || (d == o.d && i > o.i);
+    }
+};
+
+// Where entry j of a heap lives: keys[j * stride] (packed), or d[j * stride], i[j * stride].
+struct PackedStore {
+    using Key = PackedKey;
+    uint64_t* keys;
+    int64_t stride;
+
+    __device__ __forceinline__ Key load(int64_t j) const { return {keys[j * stride]}; }
+    __device__ __forceinline__ void store(int64_t j, Key k) const { keys[j * stride] = k.key; }
+};
+
 template <typename T, typename I>
-struct Heap {
+struct PairStore {
+    using Key = PairKey<T>;
     T* d;
     I* i;
     int64_t stride;
 
-    __device__ __forceinline__ T dist_at(int64_t j) const { return d[j * stride]; }
-    __device__ __forceinline__ I index_at(int64_t j) const { return i[j * stride]; }
-    __device__ __forceinline__ void set(int64_t j, T dv, I iv) const {
-        d[j * stride] = dv;
-        i[j * stride] = iv;
+    __device__ __forceinline__ Key load(int64_t j) const { return {d[j * stride], (int64_t)i[j * stride]}; }
+    __device__ __forceinline__ void store(int64_t j, Key k) const {
+        d[j * stride] = k.d;
+        i[j * stride] = (I)k.i;
     }
-    __device__ __forceinline__ static bool greater(T da, I ia, T db, I ib) {
-        return da > db || (da == db && ia > ib);
-    }
+};
 
-    // Adds (dv, iv) as entry `count` and sifts it up.
-    __device__ void push(int64_t count, T dv, I iv) const {
+// A max-heap of keys in a store (the same algorithm as kernels/knn_cpu.inc).
+template <typename Store>
+struct Heap {
+    using Key = typename Store::Key;
+    Store s;
+
+    // Adds `key` as entry `count` and sifts it up.
+    __device__ void push(int64_t count, Key key) const {
         int64_t j = count;
         while (j > 0) {
             const int64_t parent = (j - 1) / 2;
-            const T pd = dist_at(parent);
-            const I pi = index_at(parent);
-            if (!greater(dv, iv, pd, pi)) break;
-            set(j, pd, pi);
+            const Key p = s.load(parent);
+            if (!(key > p)) break;
+            s.store(j, p);
             j = parent;
         }
-        set(j, dv, iv);
+        s.store(j, key);
     }
 
-    // Puts (dv, iv) into the hole at entry j of a heap of `count` entries and sifts it down.
-    __device__ void sift_down(int64_t count, int64_t j, T dv, I iv) const {
+    // Puts `key` into the hole at entry j of a heap of `count` entries and sifts it down.
+    __device__ void sift_down(int64_t count, int64_t j, Key key) const {
         for (;;) {
             int64_t c = 2 * j + 1;
             if (c >= count) break;
-            T cd = dist_at(c);
-            I ci = index_at(c);
+            Key kc = s.load(c);
             if (c + 1 < count) {
-                const T rd = dist_at(c + 1);
-                const I ri = index_at(c + 1);
-                if (greater(rd, ri, cd, ci)) {
+                const Key kr = s.load(c + 1);
+                if (kr > kc) {
                     ++c;
-                    cd = rd;
-                    ci = ri;
+                    kc = kr;
                 }
             }
-            if (!greater(cd, ci, dv, iv)) break;
-            set(j, cd, ci);
+            if (!(kc > key)) break;
+            s.store(j, kc);
             j = c;
         }
-        set(j, dv, iv);
+        s.store(j, key);
     }
 
     // Heapsort: entries [0, count) become ascending by key.
     __device__ void sort(int64_t count) const {
         for (int64_t end = count - 1; end > 0; --end) {
-            const T d_end = dist_at(end);
-            const I i_end = index_at(end);
-            set(end, dist_at(0), index_at(0));
-            sift_down(end, 0, d_end, i_end);
+            const Key last = s.load(end);
+            s.store(end, s.load(0));
+            sift_down(end, 0, last);
         }
     }
 };
 
-// Grid: B * query_blocks blocks of blockDim.x <= kThreads threads. SHARED: the heaps live in
-// dynamic shared memory after the tile, heap_cap entries per thread (interleaved: entry j of
-// thread t at j * blockDim.x + t); else in the threads' output rows.
+// The heap store of one thread, per dtype: in dynamic shared memory after the tile (heap_cap
+// entries per thread, interleaved: entry j of thread t at j * blockDim.x + t, so each thread
+// stays in its own bank), or in the thread's output rows (float32: the idx row holds the
+// packed keys, unpacked at the end; float64: the two rows).
+template <typename T>
+struct HeapTraits;
+template <>
+struct HeapTraits<float> {
+    using SharedStore = PackedStore;
+    using GlobalStore = PackedStore;
+    static constexpr size_t shared_entry_bytes = sizeof(uint64_t);
+    __device__ static SharedStore shared(unsigned char* smem, int64_t) {
+        return {reinterpret_cast<uint64_t*>(smem) + threadIdx.x, (int64_t)blockDim.x};
+    }
+    __device__ static GlobalStore global(float*, int64_t* out_i, int64_t row) {
+        return {reinterpret_cast<uint64_t*>(out_i + row), 1};
+    }
+};
+template <>
+struct HeapTraits<double> {
+    using SharedStore = PairStore<double, int>;
+    using GlobalStore = PairStore<double, int64_t>;
+    static constexpr size_t shared_entry_bytes = sizeof(double) + sizeof(int);
+    __device__ static SharedStore shared(unsigned char* smem, int64_t heap_cap) {
+        double* d = reinterpret_cast<double*>(smem);
+        int* i = reinterpret_cast<int*>(d + heap_cap * blockDim.x);
+        return {d + threadIdx.x, i + threadIdx.x, (int64_t)blockDim.x};
+    }
+    __device__ static GlobalStore global(double* out_d, int64_t* out_i, int64_t row) {
+        return {out_d + row, out_i + row, 1};
+    }
+};
+
+// Grid: B * query_blocks blocks of blockDim.x <= kThreads threads. Dynamic shared memory: the
+// tile, then (SHARED) the heaps, heap_cap entries per thread.
 template <typename T, bool SHARED>
 __global__ void __launch_bounds__(kThreads)
 knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParams p,
@@ -309,15 +383,16 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
     const int64_t cap = p.k < L ? p.k : L;  // entries the heap can ever hold
     const int64_t row = (b * p.M + (m < p.M ? m : 0)) * p.k;
 
-    using HeapT = Heap<T, typename std::conditional<SHARED, int, int64_t>::type>;
-    HeapT heap;
-    if constexpr (SHARED) {
-        T* hd = reinterpret_cast<T*>(smem + kTile * sizeof(Point4<T>));
-        int* hi = reinterpret_cast<int*>(hd + heap_cap * blockDim.x);
-        heap = HeapT{hd + threadIdx.x, hi + threadIdx.x, (int64_t)blockDim.x};
-    } else {
-        heap = HeapT{out_d + row, out_i + row, 1};
-    }
+    using Traits = HeapTraits<T>;
+    using Store = typename std::conditional<SHARED, typename Traits::SharedStore,
+                                            typename Traits::GlobalStore>::type;
+    using Key = typename Store::Key;
+    Store store;
+    if constexpr (SHARED)
+        store = Traits::shared(smem + kTile * sizeof(Point4<T>), heap_cap);
+    else
+        store = Traits::global(out_d, out_i, row);
+    const Heap<Store> heap{store};
 
     T qx = T(0), qy = T(0), qz = T(0);
     if (active) {
@@ -337,12 +412,13 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
                 for (int j = 0; j < n; ++j) {
                     const T d = squared_distance(qx, qy, qz, tile[j]);
                     if (d < thr) {
+                        const Key key = Key::make(d, t0 + j);
                         if (count < cap) {
-                            heap.push(count, d, t0 + j);
-                            if (++count == cap) thr = heap.dist_at(0);
+                            heap.push(count, key);
+                            if (++count == cap) thr = heap.s.load(0).dist();
                         } else {
-                            heap.sift_down(cap, 0, d, t0 + j);
-                            thr = heap.dist_at(0);
+                            heap.sift_down(cap, 0, key);
+                            thr = heap.s.load(0).dist();
                         }
                     }
                 }
@@ -351,16 +427,16 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
     }
     if (m >= p.M) return;
     heap.sort(count);
-    for (int64_t j = 0; j < p.k; ++j) {
-        if (j < count) {
-            if constexpr (SHARED) {
-                out_d[row + j] = heap.dist_at(j);
-                out_i[row + j] = heap.index_at(j);
-            }
-        } else {
-            out_d[row + j] = T(INFINITY);
-            out_i[row + j] = -1;
-        }
+    // Entries [0, count) in order, then empty slots. In the global float32 store the keys sit
+    // in the idx row itself: entry j is read before slot j is overwritten.
+    for (int64_t j = 0; j < count; ++j) {
+        const Key key = heap.s.load(j);
+        out_d[row + j] = key.dist();
+        out_i[row + j] = key.index();
+    }
+    for (int64_t j = count; j < p.k; ++j) {
+        out_d[row + j] = T(INFINITY);
+        out_i[row + j] = -1;
     }
 }
 
@@ -381,6 +457,12 @@ cudaError_t device_info(DeviceInfo* info) {
     if (err != cudaSuccess) return err;
     return cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                   dev);
+}
+
+// Benchmarks only: PCOPS_KNN_VARIANT=heap takes the heap kernel for every k.
+bool heap_forced() {
+    const char* v = std::getenv("PCOPS_KNN_VARIANT");
+    return v != nullptr && std::strcmp(v, "heap") == 0;
 }
 
 int register_bucket(int64_t k) {
@@ -412,7 +494,7 @@ int64_t choose_splits(int64_t B, int64_t M, int64_t N, int64_t K, int sms) {
 
 template <typename T>
 size_t workspace_bytes(int64_t B, int64_t M, int64_t N, int64_t K, const DeviceInfo& info) {
-    if (B <= 0 || M <= 0 || K < 1 || K > MaxRegisterK<T>::value) return 0;
+    if (B <= 0 || M <= 0 || K < 1 || K > MaxRegisterK<T>::value || heap_forced()) return 0;
     const int64_t S = choose_splits(B, M, N, K, info.sms);
     if (S == 1) return 0;
     // part_d [B,S,M,K] T, then part_i [B,S,M,K] int (T is 4 or 8 bytes: int stays aligned)
@@ -452,7 +534,7 @@ cudaError_t launch_heap(const T* query, const T* ref, KnnParams p, int64_t B,
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
     const int64_t cap = p.k < p.N ? p.k : p.N;
     const size_t tile_bytes = kTile * sizeof(Point4<T>);
-    const size_t heap_bytes = (size_t)cap * threads * (sizeof(T) + sizeof(int));
+    const size_t heap_bytes = (size_t)cap * threads * HeapTraits<T>::shared_entry_bytes;
     // Shared heaps while at least two blocks fit on an SM; the output rows beyond that.
     const size_t shared_bytes = tile_bytes + heap_bytes;
     if (cap <= INT_MAX / threads && shared_bytes <= (size_t)info.smem_optin / 2) {
@@ -484,7 +566,7 @@ cudaError_t launch_knn(const T* query, const T* ref, const int64_t* query_length
     p.M = M;
     p.N = N;
     p.k = (int)K;
-    if (K > MaxRegisterK<T>::value) {
+    if (K > MaxRegisterK<T>::value || heap_forced()) {
         p.splits = 1;
         p.split_len = N;
         return launch_heap(query, ref, p, B, info, dist2, idx, stream);

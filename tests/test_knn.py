@@ -448,6 +448,23 @@ def test_cuda_global_heap_small(cuda, gen):
     check_against_reference(query, ref, 2000, dist2, idx, None, r_lens)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_heap_variant_for_small_k(cuda, gen, monkeypatch, dtype):
+    """PCOPS_KNN_VARIANT=heap (a benchmark switch) sends small k to the heap kernel too: the
+    same bits as the CPU (and as the register kernels)."""
+    query = clustered_points(3, 300, gen, dtype=dtype, clusters=8)
+    ref = torch.cat([clustered_points(3, 400, gen, dtype=dtype, clusters=8), rand_points(3, 600, gen, dtype=dtype)], 1)
+    r_lens = torch.tensor([1000, 3, 0])
+    for k in (1, 16, 64):
+        (d_cpu, i_cpu), (d_reg, i_reg) = _cpu_and_cuda(query, ref, k, None, r_lens)
+        monkeypatch.setenv("PCOPS_KNN_VARIANT", "heap")
+        d_heap, i_heap = knn_op(query.cuda(), ref.cuda(), k, None, r_lens.cuda())
+        monkeypatch.delenv("PCOPS_KNN_VARIANT")
+        assert_equal(i_heap, i_cpu, what=f"idx, heap, k={k}")
+        assert_equal(d_heap, d_cpu, what=f"dist2, heap, k={k}")
+        assert_equal(i_reg, i_cpu, what=f"idx, registers, k={k}")
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_cuda_ragged_every_dtype(cuda, gen, dtype):
     B, M, N = 5, 300, 900
