@@ -152,7 +152,18 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  *   indices in visiting order, the first *num_kept valid, the rest -1), num_kept[1] (int64).
  *
  * Greedy: visit boxes in `order`; keep a box unless an already kept box of the same group lies
- * within squared xy distance < radius2 (compared in dtype). dtype: FLOAT32 or FLOAT64.
+ * within squared xy distance < radius2 (compared in dtype: d = dx*dx + dy*dy < (T)radius2).
+ * groups NULL: one group. dtype: FLOAT32 or FLOAT64. Every element of the three outputs is
+ * written. `order` must be a permutation of [0, N); should an entry lie outside [0, N), that
+ * visit keeps nothing and removes nothing (no out-of-bounds access).
+ *
+ * CPU: one thread; the boxes sorted by group and along x or y, so that a kept box tests only the
+ * boxes of its group within the radius along that axis; O(N + K * band), at worst
+ * O(K * N), for K kept boxes; workspace O(N).
+ * CUDA: a suppression bitmask of N * ceil(N/64) 64-bit words in the workspace (about N**2 / 8
+ * bytes: 134 MB for N = 32768, 313 MB for N = 50000; only its upper triangle is written and
+ * read), then a scan over it by one thread block; no host synchronisation (*num_kept is written
+ * on the device). N <= 4194240 (65535 blocks of 64).
  * ---------------------------------------------------------------------------------------- */
 size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N);
 

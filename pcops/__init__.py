@@ -15,6 +15,7 @@ from ._loader import load_library as _load_library
 
 _build_info = _load_library()
 
+from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
 from .knn import knn  # noqa: E402
@@ -25,6 +26,8 @@ WITH_CUDA: bool = _build_info.WITH_CUDA
 
 __all__ = [
     "WITH_CUDA",
+    "circle_nms",
+    "circle_nms_mask",
     "furthest_point_sample",
     "group",
     "group_backward",
