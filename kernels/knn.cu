@@ -31,6 +31,7 @@
  * benchmarks/bench_knn.py) sends every k to the heap kernel, so that the two can be timed
  * against each other on the same sizes.
  */
+#include <atomic>
 #include <cfloat>
 #include <climits>
 #include <cstdint>
@@ -445,14 +446,15 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
 
 // The device the launch will run on: its SM count and shared-memory limit per block.
 struct DeviceInfo {
+    int device = 0;
     int sms = 1;
     int smem_optin = 48 * 1024;
 };
 
 cudaError_t device_info(DeviceInfo* info) {
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    cudaError_t err = cudaGetDevice(&info->device);
     if (err != cudaSuccess) return err;
+    const int dev = info->device;
     err = cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return err;
     return cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
@@ -525,6 +527,21 @@ cudaError_t launch_registers(const T* query, const T* ref, KnnParams p, int64_t 
     return cudaGetLastError();
 }
 
+// Lets knn_heap_kernel<T, true> use up to `bytes` of dynamic shared memory (half the opt-in
+// limit: the most launch_heap ever asks for), once per device and process: the attribute is
+// set by the first large-k call (typically a warm-up), not again in later calls (a CUDA graph
+// capture, concurrent calls from several threads).
+template <typename T>
+cudaError_t allow_shared_heaps(int device, int bytes) {
+    constexpr int kMaxDevices = 64;
+    static std::atomic<int> allowed[kMaxDevices];  // bytes allowed so far; zero-initialised
+    if (device >= 0 && device < kMaxDevices && allowed[device].load() >= bytes) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(
+        knn_heap_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err == cudaSuccess && device >= 0 && device < kMaxDevices) allowed[device].store(bytes);
+    return err;
+}
+
 template <typename T>
 cudaError_t launch_heap(const T* query, const T* ref, KnnParams p, int64_t B,
                         const DeviceInfo& info, T* dist2, int64_t* idx, cudaStream_t stream) {
@@ -538,12 +555,10 @@ cudaError_t launch_heap(const T* query, const T* ref, KnnParams p, int64_t B,
     // Shared heaps while at least two blocks fit on an SM; the output rows beyond that.
     const size_t shared_bytes = tile_bytes + heap_bytes;
     if (cap <= INT_MAX / threads && shared_bytes <= (size_t)info.smem_optin / 2) {
-        cudaError_t err = cudaSuccess;
-        if (shared_bytes > 48 * 1024)
-            err = cudaFuncSetAttribute(knn_heap_kernel<T, true>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)shared_bytes);
-        if (err != cudaSuccess) return err;
+        if (shared_bytes > 48 * 1024) {
+            const cudaError_t err = allow_shared_heaps<T>(info.device, info.smem_optin / 2);
+            if (err != cudaSuccess) return err;
+        }
         knn_heap_kernel<T, true><<<(unsigned)blocks, threads, shared_bytes, stream>>>(
             query, ref, p, cap, dist2, idx);
     } else {
