@@ -5,6 +5,7 @@ B = batch, M = queries per cloud, N = refs per cloud, k = neighbours.
     python benchmarks/bench_knn.py --device cpu            # the CPU table
     python benchmarks/bench_knn.py --device cuda           # sizes 1k..100k, k 1..1000, PointNet++
     python benchmarks/bench_knn.py --device cuda --quick   # smoke run
+    python benchmarks/bench_knn.py --device cuda --max-n 10000 --max-k 200   # a shorter sweep
 
 Baselines, on the same inputs:
   torch       torch.cdist(q, r).square() then topk(k, largest=False), as a user writes it, in chunks
@@ -151,6 +152,8 @@ def main():
     p.add_argument("--fp32-rate", type=float, default=33.5e12, help="FP32 ops/s for the CUDA floor")
     p.add_argument("--torch-mem-gb", type=float, default=4.0, help="memory for one cdist chunk")
     p.add_argument("--budget-s", type=float, default=1.0, help="time spent per measurement")
+    p.add_argument("--max-n", type=int, default=None, help="skip sizes with more refs than this")
+    p.add_argument("--max-k", type=int, default=None, help="skip sizes with a larger k")
     args = p.parse_args()
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
@@ -172,6 +175,8 @@ def main():
         header += ["floor ms", "of floor"]
     rows = []
     for B, M, N, k, label in sizes(device, args.quick):
+        if (args.max_n and N > args.max_n) or (args.max_k and k > args.max_k):
+            continue
         print(f"  B={B} M={M} N={N} k={k} ...", flush=True)
         q = rand_points(B, M, gen, device=device)
         r = rand_points(B, N, gen, device=device)
