@@ -25,9 +25,9 @@ On CUDA, "pcops heap" times the per-thread heap kernel (the k > 64 path) on the 
 k <= 64 too (PCOPS_KNN_VARIANT=heap; same results), to see where it should take over from the
 register buckets.
 """
-import math
 import os
 import sys
+import time
 
 import torch
 
@@ -90,7 +90,7 @@ def run_mmcv(q, r, k):
 
 
 def sizes(device, quick):
-    """(B, M, N, k, label) rows."""
+    """(B, M, N, k, label) rows, cheapest first (the sweep stops at --time-limit-s)."""
     if quick:
         return [(2, 1000, 1000, 16, ""), (32, 512, 1024, 32, "PointNet++"), (1, 200, 5000, 100, "")]
     if device == "cpu":
@@ -99,15 +99,13 @@ def sizes(device, quick):
                  (1, 16384, 16384, 16, ""), (1, 1000, 100000, 16, "few queries"),
                  (2, 2048, 2048, 200, ""), (1, 1024, 8192, 1000, "")]
         return rows
-    rows = []
+    rows = [(32, 512, 1024, 32, "PointNet++ SA1"), (32, 128, 512, 64, "PointNet++ SA2"),
+            (16, 1024, 1024, 20, "DGCNN"), (1, 1000, 100000, 16, "few queries")]
     for n in (1_000, 10_000, 100_000):
         for B in (1, 8):
             for k in (1, 16, 64, 128, 200, 1000):
-                if k > n:
-                    continue
-                rows.append((B, n, n, k, ""))
-    rows += [(32, 512, 1024, 32, "PointNet++ SA"), (32, 128, 512, 64, "PointNet++ SA2"),
-             (16, 1024, 1024, 20, "DGCNN"), (1, 1000, 100000, 16, "few queries")]
+                if k <= n:
+                    rows.append((B, n, n, k, ""))
     return rows
 
 
@@ -119,20 +117,22 @@ def floor_ms(B, M, N, k, bandwidth, fp32_rate):
 
 
 def timed(fn, device, budget_s):
-    """Median ms of fn(), with fewer repetitions for slow calls; None if it raises."""
+    """(median ms, output of the first call) of fn(): the first call warms up and estimates the
+    time, then as many repetitions as fit in budget_s (1 to 20). (None, None) if it raises."""
     try:
-        fn()  # warm-up, and a first estimate
+        t0 = time.perf_counter()
+        out = fn()
         if device == "cuda":
             torch.cuda.synchronize()
-        est = time_fn(fn, device, warmup=0, reps=1)
+        est_s = time.perf_counter() - t0
     except Exception as e:  # a peer's cap on k, out of memory, ...
         msg = str(e).splitlines()[0][:60] if str(e) else type(e).__name__
         print(f"    (skipped: {msg})", flush=True)
         if device == "cuda":
             torch.cuda.empty_cache()
-        return None
-    reps = int(max(3, min(20, budget_s * 1e3 / max(est, 1e-3))))
-    return time_fn(fn, device, warmup=1, reps=reps)
+        return None, None
+    reps = int(max(1, min(20, budget_s / max(est_s, 1e-6))))
+    return time_fn(fn, device, warmup=0 if reps < 3 else 1, reps=reps), out
 
 
 def check_same(a, b, what):
@@ -154,6 +154,8 @@ def main():
     p.add_argument("--budget-s", type=float, default=1.0, help="time spent per measurement")
     p.add_argument("--max-n", type=int, default=None, help="skip sizes with more refs than this")
     p.add_argument("--max-k", type=int, default=None, help="skip sizes with a larger k")
+    p.add_argument("--time-limit-s", type=float, default=240.0,
+                   help="start no new size after this long (the GPU script kills at 300 s)")
     args = p.parse_args()
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
@@ -166,6 +168,7 @@ def main():
     print("peers found: " + (", ".join(n for n, _ in present) or "none"))
     gen = torch.Generator().manual_seed(0)
     mem_bytes = int(args.torch_mem_gb * 2**30)
+    budget = 0.2 if args.quick else args.budget_s
 
     variants = device == "cuda"
     header = ["B", "M", "N", "k", "shape", "pcops ms"] + (["pcops heap ms"] if variants else [])
@@ -173,33 +176,32 @@ def main():
     header += ["speedup vs torch", "speedup vs best peer"]
     if device == "cuda":
         header += ["floor ms", "of floor"]
-    rows = []
+    rows, not_run = [], []
+    start = time.perf_counter()
     for B, M, N, k, label in sizes(device, args.quick):
         if (args.max_n and N > args.max_n) or (args.max_k and k > args.max_k):
+            continue
+        if time.perf_counter() - start > args.time_limit_s:
+            not_run.append(f"B={B} M={M} N={N} k={k}")
             continue
         print(f"  B={B} M={M} N={N} k={k} ...", flush=True)
         q = rand_points(B, M, gen, device=device)
         r = rand_points(B, N, gen, device=device)
-        budget = 0.2 if args.quick else args.budget_s
-        ours = run_pcops(q, r, k)
-        t_ours = timed(lambda: run_pcops(q, r, k), device, budget)
-        try:
-            check_same(run_torch(q, r, k, mem_bytes)[0], ours[0], "torch cdist+topk")
-        except (RuntimeError, ValueError):
-            pass  # the baseline cannot run this size; timed() reports it below
+        t_ours, ours = timed(lambda: run_pcops(q, r, k), device, budget)
         t_heap = None
+        if ours is None:
+            raise SystemExit(f"pcops.knn failed on B={B} M={M} N={N} k={k}")
         if variants and k <= 64:
-            if not torch.equal(run_pcops_heap(q, r, k)[1], ours[1]):
+            t_heap, out = timed(lambda: run_pcops_heap(q, r, k), device, budget)
+            if out is not None and not torch.equal(out[1], ours[1]):
                 raise SystemExit("the heap variant returned other indices than the register kernels")
-            t_heap = timed(lambda: run_pcops_heap(q, r, k), device, budget)
-        t_torch = timed(lambda: run_torch(q, r, k, mem_bytes), device, budget)
+        t_torch, out = timed(lambda: run_torch(q, r, k, mem_bytes), device, budget)
+        check_same(None if out is None else out[0], ours[0], "torch cdist+topk")
         t_peers = []
         for name, fn in present:
-            try:
-                check_same(fn(q, r, k)[0], ours[0], name)
-            except (RuntimeError, ValueError, TypeError):
-                pass
-            t_peers.append(timed(lambda fn=fn: fn(q, r, k), device, budget))
+            t, out = timed(lambda fn=fn: fn(q, r, k), device, budget)
+            check_same(None if out is None else out[0], ours[0], name)
+            t_peers.append(t)
         best_peer = min((t for t in t_peers if t is not None), default=None)
         row = [B, M, N, k, label, fmt_ms(t_ours)] + ([fmt_ms(t_heap)] if variants else [])
         row += [fmt_ms(t_torch)] + [fmt_ms(t) for t in t_peers]
@@ -208,12 +210,16 @@ def main():
         if device == "cuda":
             f_ms, bound = floor_ms(B, M, N, k, args.bandwidth, args.fp32_rate)
             row += [f"{fmt_ms(f_ms)} {bound}", f"{f_ms / t_ours:.0%}" if t_ours else "-"]
+        print("    " + "  ".join(str(c) for c in row), flush=True)
         rows.append(row)
-        del q, r, ours
+        del q, r, ours, out
         if device == "cuda":
             torch.cuda.empty_cache()
     print()
-    print_table(f"pcops.knn on {device}: median ms (lower is better)", header, rows, file=args.out)
+    title = f"pcops.knn on {device}: median ms (lower is better)"
+    if not_run:
+        title += f"; not run (--time-limit-s {args.time_limit_s:g}): " + ", ".join(not_run)
+    print_table(title, header, rows, file=args.out)
 
 
 if __name__ == "__main__":
