@@ -190,8 +190,9 @@ cudaError_t pcops_fps_cuda_variant(pcops_dtype dtype, const void* xyz, const int
                                    void* workspace, int64_t* idx, void* dist2, int variant,
                                    cudaStream_t stream);
 
-/* kNN on CUDA: M and N at most INT_MAX. The workspace holds the partial lists of queries whose
- * refs are split over several threads (few queries, many refs); its size may be 0. */
+/* kNN on CUDA: M, N and K at most INT_MAX (cudaErrorInvalidValue otherwise). The workspace
+ * holds the partial lists of queries whose refs are split over several threads (few queries,
+ * many refs); its size (0 for most calls) depends on the current device's SM count. */
 size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
                                       int64_t K);
 cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
