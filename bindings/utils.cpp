@@ -95,7 +95,8 @@ std::pair<int64_t, int64_t> value_range(const at::Tensor& t) {
 
 std::optional<at::Tensor> check_lengths(const char* op, const char* name,
                                         const std::optional<at::Tensor>& lengths, int64_t B,
-                                        int64_t N, const at::Tensor& like) {
+                                        int64_t N, const at::Tensor& like,
+                                        const char* bound_name) {
     if (!lengths.has_value() || !lengths->defined()) return std::nullopt;
     const at::Tensor& t = *lengths;
     check_index_tensor(op, name, t, 1, "[B]");
@@ -104,8 +105,8 @@ std::optional<at::Tensor> check_lengths(const char* op, const char* name,
     if (B > 0 && check_values_now(t)) {
         auto [lo, hi] = value_range(t);
         TORCH_CHECK_VALUE(lo >= 0 && hi <= N, "pcops.", op, ": argument '", name,
-                          "' must hold values in [0, N] = [0, ", N, "], got values in [", lo, ", ",
-                          hi, "]");
+                          "' must hold values in [0, ", bound_name, "] = [0, ", N,
+                          "], got values in [", lo, ", ", hi, "]");
     }
     return t.contiguous();
 }

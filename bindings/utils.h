@@ -52,9 +52,11 @@ void check_radius(const char* op, const char* name, double radius);
 
 // Optional per-batch lengths: int64 [B] on the device of `like`, values in [0, N]
 // (values checked when check_values_now(like)). Returns the contiguous tensor or nullopt.
+// `bound_name` names the upper bound in the message ("N"; "M" for query lengths).
 std::optional<at::Tensor> check_lengths(const char* op, const char* name,
                                         const std::optional<at::Tensor>& lengths, int64_t B,
-                                        int64_t N, const at::Tensor& like);
+                                        int64_t N, const at::Tensor& like,
+                                        const char* bound_name = "N");
 
 // Whether value ranges of index tensors on `t`'s device can be checked now. Always on the
 // CPU; on CUDA a check costs one host synchronisation, so it is skipped while the current

@@ -96,7 +96,10 @@ pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* le
  *
  * For each valid query (m < query_lengths[b]) the K nearest valid refs (n < ref_lengths[b]),
  * sorted by (dist2, idx) ascending. Slots past the number of valid refs, and every slot of an
- * invalid query, hold idx -1 and dist2 +inf. dtype: FLOAT32 or FLOAT64. No cap on K.
+ * invalid query, hold idx -1 and dist2 +inf. A ref whose squared distance is not below +inf
+ * (overflow to inf, or NaN from non-finite coordinates) is never a neighbour. Ties go to the
+ * lower index: the result is exactly the K smallest keys (dist2, idx), so the CPU and CUDA
+ * return the same indices. dtype: FLOAT32 or FLOAT64. No cap on K.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref,
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
@@ -188,10 +191,15 @@ cudaError_t pcops_fps_cuda_variant(pcops_dtype dtype, const void* xyz, const int
                                    void* workspace, int64_t* idx, void* dist2, int variant,
                                    cudaStream_t stream);
 
+/* kNN on CUDA: M, N and K at most INT_MAX (cudaErrorInvalidValue otherwise). The workspace
+ * holds the partial lists of queries whose refs are split over several threads (few queries,
+ * many refs); its size (0 for most calls) depends on the current device's SM count. */
+size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                      int64_t K);
 cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
-                           int64_t M, int64_t N, int64_t K, void* dist2, int64_t* idx,
-                           cudaStream_t stream);
+                           int64_t M, int64_t N, int64_t K, void* workspace, void* dist2,
+                           int64_t* idx, cudaStream_t stream);
 
 cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* query, const void* ref,
                                   const int64_t* query_lengths, const int64_t* ref_lengths,

@@ -19,6 +19,7 @@ from .ball_query import ball_query  # noqa: E402
 from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
+from .knn import knn  # noqa: E402
 
 __version__ = "0.1.0"
 WITH_CUDA: bool = _build_info.WITH_CUDA
@@ -32,4 +33,5 @@ __all__ = [
     "furthest_point_sample",
     "group",
     "group_backward",
+    "knn",
 ]
