@@ -226,14 +226,23 @@ def _random_rotation(rng):
     return q
 
 
+def _rotation_about_y(angle):
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+
+# the samplers build shapes with z up; the data set is y up, like the ModelNet40 files
+_Z_UP_TO_Y_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
+
+
 class ProceduralShapes(Dataset):
     """A built-in classification data set of parametric surfaces, generated on the fly.
 
     Ten classes (sphere, box, cylinder, cone, torus, pyramid, capsule, helix, plane, ellipsoid),
     each shape with random proportions, scaled so that its farthest point lies at a random radius
-    in [0.6, 1], rotated uniformly at random in 3-D, sampled on its surface and jittered with
-    Gaussian noise. Shape i is class i % 10 and depends only on (seed, split, i): the set is the
-    same on every machine and in any access order.
+    in [0.6, 1], randomly rotated, sampled on its surface and jittered with Gaussian noise.
+    Shape i is class i % 10 and depends only on (seed, split, i): the set is the same on every
+    machine and in any access order.
 
     Args:
         num_shapes: S.
@@ -241,15 +250,20 @@ class ProceduralShapes(Dataset):
         seed: the data set's seed.
         split: "train", "val" or "test": disjoint random streams from the same seed.
         noise: standard deviation of the Gaussian jitter.
+        rotation: "up" (y is up, as in ModelNet40: upright shapes tilted by up to 15 degrees,
+            then turned by a uniform angle about y) or "so3" (uniform 3-D rotations, harder).
     """
 
     classes = tuple(_SHAPES)
 
     def __init__(self, num_shapes: int = 4000, num_points: int = 1024, seed: int = 0,
-                 split: str = "train", noise: float = 0.01):
+                 split: str = "train", noise: float = 0.01, rotation: str = "up"):
         if split not in _SPLITS:
             raise ValueError(f"split must be one of {sorted(_SPLITS)}, got {split!r}")
-        self.num_shapes, self.num_points, self.seed, self.split, self.noise = num_shapes, num_points, seed, split, noise
+        if rotation not in ("up", "so3"):
+            raise ValueError(f"rotation must be 'up' or 'so3', got {rotation!r}")
+        self.num_shapes, self.num_points, self.seed, self.split = num_shapes, num_points, seed, split
+        self.noise, self.rotation = noise, rotation
 
     def __len__(self) -> int:
         return self.num_shapes
@@ -262,7 +276,15 @@ class ProceduralShapes(Dataset):
         p = _SHAPES[self.classes[label]](rng, self.num_points)
         p = p - 0.5 * (p.max(0) + p.min(0))  # centre the bounding box
         p = p * (rng.uniform(0.6, 1.0) / np.linalg.norm(p, axis=1).max())
-        p = p @ _random_rotation(rng).T + rng.normal(0.0, self.noise, p.shape)
+        if self.rotation == "so3":
+            rot = _random_rotation(rng)
+        else:  # a small tilt about a random horizontal axis, then a turn about y
+            axis = _rotation_about_y(rng.uniform(0, 2 * np.pi)) @ np.array([1.0, 0.0, 0.0])
+            tilt = np.deg2rad(rng.uniform(0, 15))
+            k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+            rot = np.eye(3) + np.sin(tilt) * k + (1 - np.cos(tilt)) * k @ k  # Rodrigues
+            rot = _rotation_about_y(rng.uniform(0, 2 * np.pi)) @ rot @ _Z_UP_TO_Y_UP
+        p = p @ rot.T + rng.normal(0.0, self.noise, p.shape)
         return torch.from_numpy(p.astype(np.float32)), torch.tensor(label)
 
     def materialize(self) -> PointClouds:

@@ -75,11 +75,11 @@ MSG = (
 )
 
 
-# A quarter-size SSG (fewer centres and neighbours, half the widths) for quick runs on a CPU,
-# such as the default `python -m models.train` on the built-in shapes (256 points per shape).
+# A small SSG (64/16 centres, 16 neighbours, half the widths) for quick runs on a CPU, such as
+# the default `python -m models.train` on the built-in shapes (256 points per shape).
 SSG_LITE = (
-    SAConfig(npoint=128, radii=(0.25,), nsamples=(16,), mlps=((32, 32, 64),)),
-    SAConfig(npoint=32, radii=(0.5,), nsamples=(32,), mlps=((64, 64, 128),)),
+    SAConfig(npoint=64, radii=(0.3,), nsamples=(16,), mlps=((32, 32, 64),)),
+    SAConfig(npoint=16, radii=(0.6,), nsamples=(16,), mlps=((64, 64, 128),)),
     SAConfig(npoint=None, radii=(), nsamples=(), mlps=((128, 256, 512),)),
 )
 
