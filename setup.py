@@ -13,8 +13,6 @@ Install with the torch you run (pip's build isolation would build against anothe
 """
 import glob
 import os
-import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -27,24 +25,13 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 DEBUG = os.environ.get("DEBUG", "0") == "1"
 
 
-def _nvcc_major(home):
-    nvcc = os.path.join(home, "bin", "nvcc")
-    if not os.path.isfile(nvcc):
-        return None
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    m = re.search(r"release (\d+)\.(\d+)", out)
-    return int(m.group(1)) if m else None
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import cuda_toolkit  # noqa: E402
 
 
 def find_cuda_home():
-    """The CUDA toolkit to build with: one whose nvcc has torch's CUDA major version.
-
-    Looks at $CUDA_HOME, $CUDA_PATH, the nvcc on PATH, /usr/local/cuda*, /opt/cuda* and the pip
-    packages nvidia-cuda-nvcc*, and returns the first match, or None (build CPU-only).
-    """
+    """The CUDA toolkit to build with (one whose nvcc has torch's CUDA major), or None to build
+    the CPU ops only; see scripts/cuda_toolkit.py for where it looks."""
     mode = os.environ.get("PCOPS_CUDA", "auto")
     if mode == "0":
         return None
@@ -52,34 +39,19 @@ def find_cuda_home():
         if mode == "1":
             sys.exit("pcops: PCOPS_CUDA=1 but this torch has no CUDA support (torch.version.cuda is None)")
         return None
-    want = int(torch.version.cuda.split(".")[0])
-    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-    candidates += sorted(glob.glob("/usr/local/cuda*"), reverse=True)
-    candidates += sorted(glob.glob("/opt/cuda*"), reverse=True)
-    site = sysconfig.get_paths()["purelib"]
-    candidates += sorted(glob.glob(os.path.join(site, "nvidia", "cu*")))
-    candidates += [os.path.join(site, "nvidia", "cuda_nvcc")]
-    seen = []
-    for home in candidates:
-        if not home or home in [h for h, _ in seen]:
-            continue
-        major = _nvcc_major(home)
-        if major is not None:
-            seen.append((home, major))
-            if major == want:
-                return home
-    found = ", ".join(f"{h} (CUDA {m})" for h, m in seen) or "none"
+    home, found = cuda_toolkit.find_cuda_home(torch.version.cuda)
+    if home is not None:
+        return home
+    seen = ", ".join(f"{h} (CUDA {v[0]}.{v[1]})" for h, v in found) or "none"
+    need = " ".join(cuda_toolkit.pip_requirements(torch.version.cuda))
     msg = (
-        f"pcops: torch was built with CUDA {torch.version.cuda}, and no CUDA {want}.x toolkit was found "
-        f"(nvcc found: {found}). Install one (e.g. `pip install nvidia-cuda-nvcc-cu{want}` or a CUDA "
-        f"{want} toolkit) and set CUDA_HOME, or install a torch built for your nvcc."
+        f"pcops: torch was built with CUDA {torch.version.cuda} and no nvcc of that major version "
+        f"was found (nvcc found: {seen}). `pip install {need}` (scripts/install.sh does this) or "
+        f"set CUDA_HOME to a matching toolkit."
     )
     if mode == "1":
         sys.exit(msg)
-    if seen:
+    if found:
         warnings.warn(msg + " Building the CPU ops only.")
     return None
 

@@ -1,6 +1,8 @@
 // fps.cpp -- binding of furthest_point_sample: checks, allocation, dispatch to kernels/fps.*.
 #include <torch/library.h>
 
+#include <cstdlib>
+
 #include "utils.h"
 
 namespace pcops {
@@ -90,10 +92,13 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoin
     at::Tensor workspace =
         at::empty({(int64_t)pcops_fps_cuda_workspace_bytes(dtype, c.B, c.N)},
                   c.xyz.options().dtype(at::kByte));
-    check_cuda(kOp, pcops_fps_cuda(dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
-                                   ptr_or_null(c.start), c.B, c.N, c.npoint,
-                                   workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
-                                   c.dist2.data_ptr(), at::cuda::getCurrentCUDAStream()));
+    // PCOPS_FPS_VARIANT=1|2 forces a kernel (benchmarks compare them); results are identical.
+    const char* variant = std::getenv("PCOPS_FPS_VARIANT");
+    check_cuda(kOp, pcops_fps_cuda_variant(dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
+                                           ptr_or_null(c.start), c.B, c.N, c.npoint,
+                                           workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
+                                           c.dist2.data_ptr(), variant ? std::atoi(variant) : 0,
+                                           at::cuda::getCurrentCUDAStream()));
     return {c.idx, c.dist2.to(xyz.scalar_type())};
 }
 #endif

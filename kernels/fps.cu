@@ -18,7 +18,15 @@
  *    with constants only): the loop reads no memory but the new sample's coordinates.
  *  - fps_global_kernel: any N; temp lives in the caller's workspace [B, N] and the
  *    coordinates are read from xyz (L2-resident for clouds up to millions of points).
+ *  - fps_cluster_kernel (Hopper and newer): one block per cloud leaves a large single cloud on
+ *    one SM of 132 -- the peers' design, and why they take seconds on 200k points. Here a
+ *    thread-block cluster of CLUSTER_BLOCKS blocks shares a cloud: each block owns a slice of the
+ *    points (temp in the workspace, coordinates from L2) and reduces its own candidate; after one
+ *    cluster barrier per step, warp 0 of every block reads all the blocks' candidates from their
+ *    shared memory (distributed shared memory) and picks the same winner. The candidate slots
+ *    are double-buffered by step parity, so one cluster barrier per step is enough.
  */
+#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
 
 #include <climits>
@@ -168,13 +176,126 @@ fps_global_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     }
 }
 
+constexpr int CLUSTER_BLOCKS = 8;      // blocks per cloud (8 is the portable cluster size)
+constexpr int CLUSTER_THREADS = 1024;  // threads per block
+
+template <typename T>
+__global__ void __launch_bounds__(CLUSTER_THREADS)
+fps_cluster_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
+                   const int64_t* __restrict__ start, int64_t N, int64_t npoint,
+                   T* __restrict__ workspace, int64_t* __restrict__ idx, T* __restrict__ dist2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    using BlockReduce = cub::BlockReduce<Candidate<T>, CLUSTER_THREADS>;
+    __shared__ typename BlockReduce::TempStorage reduce_storage;
+    __shared__ Candidate<T> s_block_best[2];  // this block's candidate, by step parity
+    __shared__ int s_next;
+
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank();
+    const int64_t b = blockIdx.x / CLUSTER_BLOCKS;
+    const T* cloud = xyz + b * N * 3;
+    T* temp = workspace + b * N;
+    int64_t* out_idx = idx + b * npoint;
+    T* out_dist2 = dist2 + b * npoint;
+    const int L = (int)pcops_valid_length(lengths, b, N);
+    const int64_t n_out = npoint < L ? npoint : L;
+    if (rank == 0) pad_row(out_idx, out_dist2, n_out, npoint);
+    if (n_out == 0) return;  // the whole cluster returns here: no shared memory was shared
+
+    // This block's slice of the cloud: [lo, hi). Thread t owns lo + t, lo + t + THREADS, ...
+    const int chunk = (L + CLUSTER_BLOCKS - 1) / CLUSTER_BLOCKS;
+    const int lo = min(L, rank * chunk), hi = min(L, lo + chunk);
+    for (int n = lo + threadIdx.x; n < hi; n += CLUSTER_THREADS) temp[n] = T(INFINITY);
+    int cur = start ? (int)pcops_positive_mod(start[b], L) : 0;
+    if (rank == 0 && threadIdx.x == 0) {
+        out_idx[0] = cur;
+        out_dist2[0] = T(0);
+    }
+    for (int64_t j = 1; j < n_out; ++j) {
+        const int parity = (int)(j & 1);
+        const T cx = cloud[3 * cur + 0], cy = cloud[3 * cur + 1], cz = cloud[3 * cur + 2];
+        Candidate<T> best = {T(-INFINITY), INT_MAX};
+        for (int n = lo + threadIdx.x; n < hi; n += CLUSTER_THREADS) {
+            T t = temp[n];
+            if (n == cur) t = T(-1);
+            T d = squared_distance(cloud[3 * n + 0], cloud[3 * n + 1], cloud[3 * n + 2], cx, cy,
+                                   cz);
+            t = d < t ? d : t;
+            temp[n] = t;
+            if (t > best.value) best = {t, n};
+        }
+        Candidate<T> block_best = BlockReduce(reduce_storage).Reduce(best, TakeFarther());
+        if (threadIdx.x == 0) s_block_best[parity] = block_best;
+        cluster.sync();  // every block's candidate for step j is visible cluster-wide
+        if (threadIdx.x < 32) {
+            const int lane = threadIdx.x;
+            Candidate<T> c = {T(-INFINITY), INT_MAX};
+            if (lane < CLUSTER_BLOCKS) c = *cluster.map_shared_rank(&s_block_best[parity], lane);
+#pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2) {
+                Candidate<T> other = {__shfl_xor_sync(0xffffffffu, c.value, offset),
+                                      __shfl_xor_sync(0xffffffffu, c.index, offset)};
+                c = TakeFarther()(c, other);
+            }
+            if (lane == 0) {
+                s_next = c.index;
+                if (rank == 0) {
+                    out_idx[j] = c.index;
+                    out_dist2[j] = c.value;
+                }
+            }
+        }
+        __syncthreads();  // s_next is visible; reduce_storage may be reused
+        cur = s_next;
+    }
+    cluster.sync();  // no block may exit while another can still read its shared memory
+#endif
+}
+
 // ------------------------------------------------------------------------------------------
 // kernel launchers
 
+// Whether the current device has thread-block clusters (compute capability 9.0 or newer).
+bool device_has_clusters() {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+        return false;
+    return major >= 9;
+}
+
+template <typename T>
+cudaError_t launch_fps_cluster(const T* xyz, const int64_t* lengths, const int64_t* start,
+                               int64_t B, int64_t N, int64_t npoint, T* workspace, int64_t* idx,
+                               T* dist2, cudaStream_t stream) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)(B * CLUSTER_BLOCKS));
+    config.blockDim = dim3(CLUSTER_THREADS);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = CLUSTER_BLOCKS;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, fps_cluster_kernel<T>, xyz, lengths, start, N, npoint,
+                              workspace, idx, dist2);
+}
+
+// variant: 0 = choose by size, 1 = one block per cloud, 2 = a cluster per cloud (sm_90+).
 template <typename T>
 cudaError_t launch_fps(const T* xyz, const int64_t* lengths, const int64_t* start, int64_t B,
                        int64_t N, int64_t npoint, T* workspace, int64_t* idx, T* dist2,
-                       cudaStream_t stream) {
+                       int variant, cudaStream_t stream) {
+    const bool registers_fit = N <= 512 * (sizeof(T) == 4 ? 16 : 8);
+    const bool cluster = device_has_clusters() && B <= INT_MAX / CLUSTER_BLOCKS &&
+                         (variant == 2 || (variant == 0 && !registers_fit));
+    if (cluster)
+        return launch_fps_cluster(xyz, lengths, start, B, N, npoint, workspace, idx, dist2,
+                                  stream);
     const dim3 grid((unsigned)B);
 #define PCOPS_FPS_REGISTERS(THREADS, PPT)                                                     \
     fps_registers_kernel<T, THREADS, PPT>                                                     \
@@ -198,10 +319,11 @@ extern "C" size_t pcops_fps_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, i
     return (size_t)B * (size_t)N * pcops_dtype_size(dtype);  // temp[B, N]
 }
 
-extern "C" cudaError_t pcops_fps_cuda(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
-                                      const int64_t* start, int64_t B, int64_t N,
-                                      int64_t npoint, void* workspace, int64_t* idx,
-                                      void* dist2, cudaStream_t stream) {
+extern "C" cudaError_t pcops_fps_cuda_variant(pcops_dtype dtype, const void* xyz,
+                                              const int64_t* lengths, const int64_t* start,
+                                              int64_t B, int64_t N, int64_t npoint,
+                                              void* workspace, int64_t* idx, void* dist2,
+                                              int variant, cudaStream_t stream) {
     // Indices inside a cloud are int; the grid has one block per cloud.
     if (B < 0 || N < 0 || N > INT_MAX || B > INT_MAX || npoint < 1) return cudaErrorInvalidValue;
     if (B == 0) return cudaSuccess;
@@ -209,11 +331,11 @@ extern "C" cudaError_t pcops_fps_cuda(pcops_dtype dtype, const void* xyz, const 
     switch (dtype) {
         case PCOPS_FLOAT32:
             err = launch_fps((const float*)xyz, lengths, start, B, N, npoint, (float*)workspace,
-                             idx, (float*)dist2, stream);
+                             idx, (float*)dist2, variant, stream);
             break;
         case PCOPS_FLOAT64:
             err = launch_fps((const double*)xyz, lengths, start, B, N, npoint,
-                             (double*)workspace, idx, (double*)dist2, stream);
+                             (double*)workspace, idx, (double*)dist2, variant, stream);
             break;
         default:
             return cudaErrorInvalidValue;
@@ -222,4 +344,12 @@ extern "C" cudaError_t pcops_fps_cuda(pcops_dtype dtype, const void* xyz, const 
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
 #endif
     return err;
+}
+
+extern "C" cudaError_t pcops_fps_cuda(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                                      const int64_t* start, int64_t B, int64_t N,
+                                      int64_t npoint, void* workspace, int64_t* idx,
+                                      void* dist2, cudaStream_t stream) {
+    return pcops_fps_cuda_variant(dtype, xyz, lengths, start, B, N, npoint, workspace, idx,
+                                  dist2, 0, stream);
 }

@@ -128,7 +128,10 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
  *           added in ascending (m,s) order starting from 0 -- a fixed order, so the result is
  *           the same bits on every run and on CPU and CUDA. No floating-point atomics.
  *           CPU: FLOAT32 or FLOAT64 (the caller upcasts half types).
- *           CUDA: all four dtypes; half types accumulate in float32.
+ *           CUDA: all four dtypes; half types accumulate in float32 and are rounded once.
+ *           Indices outside [0, N) add nothing. The CUDA backward needs the scratch of
+ *           pcops_group_backward_cuda_workspace_bytes(B, N, M, S): sort keys and positions of
+ *           the B*M*S slots, B*N+1 segment offsets and cub's radix-sort temp storage.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
                              int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out);
@@ -165,6 +168,13 @@ size_t pcops_fps_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N);
 cudaError_t pcops_fps_cuda(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                            const int64_t* start, int64_t B, int64_t N, int64_t npoint,
                            void* workspace, int64_t* idx, void* dist2, cudaStream_t stream);
+/* The same with an explicit kernel choice, for benchmarks: 0 = by size (what pcops_fps_cuda
+ * does), 1 = one thread block per cloud, 2 = a thread-block cluster per cloud (sm_90+; falls
+ * back to 1 on older GPUs). The results are identical. */
+cudaError_t pcops_fps_cuda_variant(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                                   const int64_t* start, int64_t B, int64_t N, int64_t npoint,
+                                   void* workspace, int64_t* idx, void* dist2, int variant,
+                                   cudaStream_t stream);
 
 cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,

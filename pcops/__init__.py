@@ -7,6 +7,7 @@ typed, documented wrappers:
     knn                     k nearest neighbours, sorted, differentiable distances
     ball_query              the first neighbours within a radius
     group                   gather neighbour features, deterministic backward
+    group_backward          that backward as an op of its own (sum of gathered gradients)
     circle_nms              greedy centre-distance NMS for 3-D detection
     circle_nms_mask         the same without host synchronisation (CUDA-graph capturable)
 """
@@ -15,6 +16,7 @@ from ._loader import load_library as _load_library
 _build_info = _load_library()
 
 from .fps import furthest_point_sample  # noqa: E402
+from .group import group, group_backward  # noqa: E402
 
 __version__ = "0.1.0"
 WITH_CUDA: bool = _build_info.WITH_CUDA
@@ -22,10 +24,7 @@ WITH_CUDA: bool = _build_info.WITH_CUDA
 
 __all__ = [
     "WITH_CUDA",
-    "ball_query",
-    "circle_nms",
-    "circle_nms_mask",
     "furthest_point_sample",
     "group",
-    "knn",
+    "group_backward",
 ]

@@ -248,3 +248,132 @@ def test_mixed_devices_raise(cuda):
         fps_op(x.cuda(), 4, torch.tensor([3, 4]))
     with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: .*'xyz' is .* while another argument is on CUDA"):
         fps_op(x, 4, torch.tensor([3, 4], device="cuda"))
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA: agreement with the CPU (identical arithmetic: bitwise equal), streams, graphs, compile
+
+
+@pytest.mark.parametrize("N,npoint", [(1, 1), (2, 2), (3, 5), (4, 4), (5, 3), (6, 6), (7, 2), (8, 8),
+                                      (127, 64), (128, 128), (129, 100), (511, 300), (512, 512),
+                                      (513, 513), (1024, 512), (4095, 1024), (8192, 2048),
+                                      (8193, 1000), (20000, 2000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_equals_cpu(cuda, gen, N, npoint, dtype):
+    B = 3
+    xyz = rand_points(B, N, gen, dtype=dtype)
+    lengths = torch.tensor([N, max(N // 2, 1), max(N - 1, 0)])
+    cpu = fps_op(xyz, npoint, lengths)
+    gpu = fps_op(xyz.cuda(), npoint, lengths.cuda())
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
+@pytest.mark.parametrize("case", ["clustered", "utm", "duplicates"])
+def test_cuda_equals_cpu_on_ties(cuda, gen, case):
+    if case == "clustered":
+        xyz = clustered_points(4, 3000, gen, clusters=3)
+    elif case == "utm":
+        xyz = rand_points(4, 3000, gen, scale=50.0, offset=1e5)
+    else:
+        xyz = rand_points(4, 750, gen).repeat(1, 4, 1)
+    cpu = fps_op(xyz, 3000)
+    gpu = fps_op(xyz.cuda(), 3000)
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
+def test_cuda_large_single_cloud(cuda, gen):
+    """The user complaint: one 200k-point cloud. Bitwise equal to the CPU, and farthest-point
+    in float64 on a prefix of the samples."""
+    xyz = rand_points(1, 200_000, gen)
+    gpu = fps_op(xyz.cuda(), 2000)
+    cpu = fps_op(xyz, 2000)
+    assert_equal(gpu[0], cpu[0], what="idx")
+    check_row_properties(gpu[0][0].cpu().numpy(), gpu[1][0].cpu().numpy(), 200_000, 2000)
+
+
+def test_cuda_deterministic(cuda, gen):
+    xyz = rand_points(8, 5000, gen).cuda()
+    a = fps_op(xyz, 1000)
+    b = fps_op(xyz, 1000)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_cuda_side_stream(cuda, gen):
+    xyz = rand_points(4, 3000, gen).cuda()
+    expected = fps_op(xyz, 500)[0]
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        big = torch.randn(4096, 4096, device="cuda") @ torch.randn(4096, 4096, device="cuda")  # keep s busy
+        got = fps_op(xyz * 1.0, 500)[0]
+    torch.cuda.current_stream().wait_stream(s)
+    assert_equal(got, expected)
+    del big
+
+
+def test_cuda_graph_capture_and_random_start_without_sync(cuda, gen):
+    xyz = rand_points(4, 2000, gen).cuda()
+    lengths = torch.tensor([2000, 1000, 7, 0], device="cuda")
+    static_out = {}
+    fps_op(xyz, 64, lengths)  # warm up outside the graph
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out["idx"], static_out["dist2"] = fps_op(xyz, 64, lengths)
+    xyz.copy_(rand_points(4, 2000, gen).cuda())
+    g.replay()
+    expected = fps_op(xyz.cpu(), 64, lengths.cpu())
+    assert_equal(static_out["idx"], expected[0])
+    # random_start performs no host synchronisation
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        idx = pcops.furthest_point_sample(xyz, 64, random_start=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert ((idx[:, 0] >= 0) & (idx[:, 0] < 2000)).all()
+
+
+def test_cuda_torch_compile_fullgraph(cuda, gen):
+    xyz = rand_points(2, 1000, gen).cuda()
+
+    def f(x):
+        idx = pcops.furthest_point_sample(x * 2.0, 100)
+        return x.gather(1, idx[..., None].expand(-1, -1, 3)).sum()
+
+    compiled = torch.compile(f, fullgraph=True)
+    assert torch.allclose(compiled(xyz), f(xyz))
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("N,npoint,dtype", [(5, 8, torch.float32), (300, 100, torch.float32),
+                                            (1500, 700, torch.float64), (9000, 50, torch.float32)])
+def test_cuda_sanitizer_cases(cuda, gen, N, npoint, dtype):
+    xyz = rand_points(3, N, gen, dtype=dtype)
+    lengths = torch.tensor([N, N // 2, 0])
+    start = torch.tensor([N - 1, 0, 0])
+    gpu = fps_op(xyz.cuda(), npoint, lengths.cuda(), start.cuda())
+    cpu = fps_op(xyz, npoint, lengths, start)
+    assert_equal(gpu[0], cpu[0], what="idx")
+
+
+@pytest.mark.parametrize("variant", ["1", "2"])
+@pytest.mark.parametrize("N,npoint", [(1, 1), (7, 7), (1000, 300), (8193, 2000), (30000, 500)])
+def test_cuda_kernel_variants_equal_cpu(cuda, gen, monkeypatch, variant, N, npoint):
+    """Both CUDA kernels (one block per cloud, a cluster per cloud) give the CPU's bits."""
+    monkeypatch.setenv("PCOPS_FPS_VARIANT", variant)
+    xyz = rand_points(3, N, gen)
+    lengths = torch.tensor([N, max(N // 3, 1), 0])
+    gpu = fps_op(xyz.cuda(), npoint, lengths.cuda())
+    cpu = fps_op(xyz, npoint, lengths)
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
+@pytest.mark.sanitizer
+def test_cuda_sanitizer_cluster_kernel(cuda, gen, monkeypatch):
+    monkeypatch.setenv("PCOPS_FPS_VARIANT", "2")
+    xyz = rand_points(2, 3000, gen)
+    lengths = torch.tensor([3000, 5])
+    assert_equal(fps_op(xyz.cuda(), 200, lengths.cuda())[0], fps_op(xyz, 200, lengths)[0])

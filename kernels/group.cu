@@ -1,0 +1,386 @@
+/*
+ * group.cu -- group (gather neighbour features) and its deterministic backward, on CUDA.
+ *
+ * B = batch, N = points per cloud, C = channels, M = groups (queries), S = neighbours per
+ * group, T = B*M*S slots. Same contract as group.c:
+ *   forward   features[B,N,C], idx[B,M,S] -> out[B,M,S,C] = features[b, idx[b,m,s], :]
+ *             (zeros where idx is -1 or outside [0, N));
+ *   backward  grad_out[B,M,S,C], idx[B,M,S] -> grad_features[B,N,C], the rows of grad_out
+ *             with idx == n added in ascending (m,s) order starting from 0.
+ *
+ * Forward: a pure copy, so it works on the element bytes. A row of C elements is moved as V
+ * vectors of W bytes (W = 16, 8, 4 or 2: the widest that divides the row and the alignment of
+ * both pointers). One thread per vector, grid-stride, consecutive threads on consecutive
+ * vectors of the output: the writes are fully coalesced, each read is a contiguous piece of a
+ * gathered row.
+ *
+ * Backward, deterministic and without floating-point atomics:
+ *   1. group_keys_kernel: key[p] = b*N + idx[p] for the T slots (B*N, a sentinel sorted past
+ *      every point, for -1 and out-of-range slots), position[p] = p.
+ *   2. cub::DeviceRadixSort::SortPairs (stable) over the bits of B*N: the positions of each
+ *      point come out grouped and, within a point, in ascending p, i.e. ascending (m,s).
+ *   3. group_offsets_kernel: offsets[k] = the first sorted slot with key >= k, k in [0, B*N]
+ *      (a binary search per point), so point k owns the sorted slots [offsets[k], offsets[k+1]).
+ *   4. group_backward_kernel: one thread per (point, vector of VEC channels), grid-stride;
+ *      the threads of a point read each of its grad_out rows together (coalesced over C) and
+ *      add them in the sorted order, in float32 for float32/float16/bfloat16 and float64 for
+ *      float64; every element of grad_features is written once (zeros for unreferenced
+ *      points). The per-element summation order is the CPU's, so the bits are equal.
+ * Keys, positions and offsets are 32-bit when B*N + 1 and T fit in int32, else 64-bit. All
+ * scratch lives in the caller's workspace (pcops_group_backward_cuda_workspace_bytes, which
+ * includes cub's temp storage).
+ */
+#include <cub/device/device_radix_sort.cuh>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "common.h"
+#include "pcops.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// A W-byte chunk moved by one load and one store.
+template <typename S, int VEC>
+struct alignas(sizeof(S) * VEC) Vec {
+    S v[VEC];
+};
+
+// Scalar storage and accumulation type of each dtype. Half types are handled as raw 16-bit
+// patterns with explicit conversions (torch builds with __CUDA_NO_HALF_CONVERSIONS__).
+struct Float32 {
+    using Storage = float;
+    using Acc = float;
+    static __device__ __forceinline__ float load(float x) { return x; }
+    static __device__ __forceinline__ float store(float a) { return a; }
+};
+struct Float64 {
+    using Storage = double;
+    using Acc = double;
+    static __device__ __forceinline__ double load(double x) { return x; }
+    static __device__ __forceinline__ double store(double a) { return a; }
+};
+struct Float16 {
+    using Storage = uint16_t;
+    using Acc = float;
+    static __device__ __forceinline__ float load(uint16_t x) { return __half2float(__ushort_as_half(x)); }
+    static __device__ __forceinline__ uint16_t store(float a) { return __half_as_ushort(__float2half_rn(a)); }
+};
+struct BFloat16 {
+    using Storage = uint16_t;
+    using Acc = float;
+    static __device__ __forceinline__ float load(uint16_t x) {
+        return __bfloat162float(__ushort_as_bfloat16(x));
+    }
+    static __device__ __forceinline__ uint16_t store(float a) {
+        return __bfloat16_as_ushort(__float2bfloat16_rn(a));
+    }
+};
+
+// Blocks for a grid-stride loop over `items`: enough to fill the GPU a few times over.
+unsigned grid_size(int64_t items) {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear it: the launch check after this must not see it
+        sms = 132;
+    }
+    const int64_t blocks = (items + kThreads - 1) / kThreads;
+    const int64_t cap = (int64_t)sms * 16;
+    return (unsigned)(blocks < cap ? blocks : cap);
+}
+
+bool is_aligned(const void* p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
+
+// ------------------------------------------------------------------------------------------
+// CUDA kernels
+
+// out[i] for i in [0, B*M*S*V): vector v of output row r = (b, m, s) (I: the loop index type,
+// 32-bit when the vector count and the loop's last step fit).
+template <typename VecT, typename I>
+__global__ void __launch_bounds__(kThreads)
+group_kernel(const VecT* __restrict__ features, const int64_t* __restrict__ idx, int64_t N, I V,
+             I MS, I total, VecT* __restrict__ out) {
+    for (I i = (I)blockIdx.x * kThreads + threadIdx.x; i < total; i += (I)gridDim.x * kThreads) {
+        const I r = i / V;
+        const I v = i - r * V;
+        const I b = r / MS;
+        const int64_t n = idx[r];
+        VecT value{};  // zeros for -1 and anything outside [0, N)
+        if (n >= 0 && n < N) value = features[((int64_t)b * N + n) * (int64_t)V + v];
+        out[i] = value;
+    }
+}
+
+// Step 1 of the backward: sort keys and positions of the T slots.
+template <typename K>
+__global__ void __launch_bounds__(kThreads)
+group_keys_kernel(const int64_t* __restrict__ idx, int64_t N, K MS, K total, K sentinel,
+                  K* __restrict__ keys, K* __restrict__ positions) {
+    for (K p = (K)blockIdx.x * kThreads + threadIdx.x; p < total; p += (K)gridDim.x * kThreads) {
+        const K b = p / MS;
+        const int64_t n = idx[p];
+        keys[p] = (n >= 0 && n < N) ? (K)(b * (K)N + (K)n) : sentinel;
+        positions[p] = p;
+    }
+}
+
+// Step 3: offsets[k] = lower_bound(sorted_keys[0, total), k) for k in [0, num_keys).
+template <typename K>
+__global__ void __launch_bounds__(kThreads)
+group_offsets_kernel(const K* __restrict__ sorted_keys, K total, K num_keys,
+                     K* __restrict__ offsets) {
+    for (K k = (K)blockIdx.x * kThreads + threadIdx.x; k < num_keys;
+         k += (K)gridDim.x * kThreads) {
+        K lo = 0, hi = total;
+        while (lo < hi) {
+            const K mid = lo + (hi - lo) / 2;
+            if (sorted_keys[mid] < k) lo = mid + 1;
+            else hi = mid;
+        }
+        offsets[k] = lo;
+    }
+}
+
+// Step 4: grad_features[k, cv*VEC : (cv+1)*VEC] = sum over the sorted slots of point k, in
+// order, for i = k*CV + cv in [0, B*N*CV).
+template <typename D, int VEC, typename K>
+__global__ void __launch_bounds__(kThreads)
+group_backward_kernel(const typename D::Storage* __restrict__ grad_out,
+                      const K* __restrict__ offsets, const K* __restrict__ positions, int64_t C,
+                      int64_t CV, int64_t items, typename D::Storage* __restrict__ grad_features) {
+    using S = typename D::Storage;
+    using A = typename D::Acc;
+    using V = Vec<S, VEC>;
+    for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < items;
+         i += (int64_t)gridDim.x * kThreads) {
+        const int64_t k = i / CV;
+        const int64_t c = (i - k * CV) * VEC;
+        const K begin = offsets[k], end = offsets[k + 1];
+        A acc[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] = A(0);
+#pragma unroll 4
+        for (K j = begin; j < end; ++j) {
+            const V g = *reinterpret_cast<const V*>(grad_out + (int64_t)positions[j] * C + c);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[e] += D::load(g.v[e]);  // -fmad=false: plain adds
+        }
+        V result;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) result.v[e] = D::store(acc[e]);
+        *reinterpret_cast<V*>(grad_features + k * C + c) = result;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// kernel launchers
+
+template <typename VecT>
+cudaError_t launch_group(const void* features, const int64_t* idx, int64_t B, int64_t N,
+                         int64_t M, int64_t S, int64_t V, void* out, cudaStream_t stream) {
+    const int64_t total = B * M * S * V;
+    const unsigned grid = grid_size(total);
+    // 32-bit loop indices when i + gridDim.x * kThreads cannot pass 2**32.
+    if (total <= INT32_MAX)
+        group_kernel<VecT, uint32_t><<<grid, kThreads, 0, stream>>>(
+            (const VecT*)features, idx, N, (uint32_t)V, (uint32_t)(M * S), (uint32_t)total,
+            (VecT*)out);
+    else
+        group_kernel<VecT, uint64_t><<<grid, kThreads, 0, stream>>>(
+            (const VecT*)features, idx, N, (uint64_t)V, (uint64_t)(M * S), (uint64_t)total,
+            (VecT*)out);
+    return cudaGetLastError();
+}
+
+// Where each backward buffer lives in the workspace (byte offsets, 256-aligned).
+struct BackwardLayout {
+    bool wide;        // 64-bit keys, positions and offsets
+    int end_bit;      // the sort looks at key bits [0, end_bit)
+    size_t keys[2], positions[2], offsets, temp, temp_bytes, total_bytes;
+};
+
+size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
+
+// The stable pair sort of step 2 (or, with temp == NULL, the size of its temp storage). The
+// number of items is passed as int when it fits (cub's 32-bit offsets) and as int64_t
+// otherwise, identically in the sizing and the real call.
+template <typename K>
+cudaError_t sort_pairs(void* temp, size_t& temp_bytes, cub::DoubleBuffer<K>& keys,
+                       cub::DoubleBuffer<K>& positions, int64_t total, int end_bit,
+                       cudaStream_t stream) {
+    if (total <= INT32_MAX)
+        return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, positions, (int)total, 0,
+                                               end_bit, stream);
+    return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, positions, total, 0, end_bit,
+                                           stream);
+}
+
+cudaError_t backward_layout(int64_t B, int64_t N, int64_t M, int64_t S, BackwardLayout* L) {
+    const int64_t total = B * M * S;
+    const int64_t num_keys = B * N + 1;  // the points and the sentinel B*N
+    L->wide = !(num_keys <= INT32_MAX && total <= INT32_MAX);
+    L->end_bit = 1;
+    while (L->end_bit < 64 && (uint64_t)(B * N) >> L->end_bit) ++L->end_bit;
+    const size_t elem = L->wide ? 8 : 4;
+    size_t at = 0;
+    for (int i = 0; i < 2; ++i) {
+        L->keys[i] = at;
+        at += align_up((size_t)total * elem);
+    }
+    for (int i = 0; i < 2; ++i) {
+        L->positions[i] = at;
+        at += align_up((size_t)total * elem);
+    }
+    L->offsets = at;
+    at += align_up((size_t)num_keys * elem);
+    L->temp = at;
+    L->temp_bytes = 0;
+    cudaError_t err = cudaSuccess;
+    if (total > 0) {
+        if (L->wide) {
+            cub::DoubleBuffer<uint64_t> k(nullptr, nullptr), p(nullptr, nullptr);
+            err = sort_pairs<uint64_t>(nullptr, L->temp_bytes, k, p, total, L->end_bit, 0);
+        } else {
+            cub::DoubleBuffer<uint32_t> k(nullptr, nullptr), p(nullptr, nullptr);
+            err = sort_pairs<uint32_t>(nullptr, L->temp_bytes, k, p, total, L->end_bit, 0);
+        }
+    }
+    L->total_bytes = at + align_up(L->temp_bytes);
+    return err;
+}
+
+// Steps 3 and 4 for one dtype: the widest channel vector that divides C and both pointers'
+// alignment (16 bytes at most).
+template <typename D, typename K>
+cudaError_t launch_backward_sum(const void* grad_out, const K* offsets, const K* positions,
+                                int64_t B, int64_t N, int64_t C, void* grad_features,
+                                cudaStream_t stream) {
+    using S = typename D::Storage;
+    constexpr int kMaxVec = 16 / (int)sizeof(S);
+    int vec = kMaxVec;
+    while (vec > 1 && (C % vec != 0 || !is_aligned(grad_out, vec * sizeof(S)) ||
+                       !is_aligned(grad_features, vec * sizeof(S))))
+        vec /= 2;
+    const int64_t CV = C / vec;
+    const int64_t items = B * N * CV;
+    const unsigned grid = grid_size(items);
+#define PCOPS_GROUP_BACKWARD(VEC)                                                              \
+    group_backward_kernel<D, VEC, K><<<grid, kThreads, 0, stream>>>(                          \
+        (const S*)grad_out, offsets, positions, C, CV, items, (S*)grad_features)
+    switch (vec) {
+        case 8: if constexpr (kMaxVec >= 8) PCOPS_GROUP_BACKWARD(8); break;
+        case 4: if constexpr (kMaxVec >= 4) PCOPS_GROUP_BACKWARD(4); break;
+        case 2: PCOPS_GROUP_BACKWARD(2); break;
+        default: PCOPS_GROUP_BACKWARD(1); break;
+    }
+#undef PCOPS_GROUP_BACKWARD
+    return cudaGetLastError();
+}
+
+template <typename K>
+cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const int64_t* idx,
+                            int64_t B, int64_t N, int64_t C, int64_t M, int64_t S,
+                            const BackwardLayout& L, char* workspace, void* grad_features,
+                            cudaStream_t stream) {
+    const int64_t total = B * M * S;
+    const int64_t num_keys = B * N + 1;
+    K* keys0 = (K*)(workspace + L.keys[0]);
+    K* keys1 = (K*)(workspace + L.keys[1]);
+    K* pos0 = (K*)(workspace + L.positions[0]);
+    K* pos1 = (K*)(workspace + L.positions[1]);
+    K* offsets = (K*)(workspace + L.offsets);
+    cub::DoubleBuffer<K> keys(keys0, keys1), positions(pos0, pos1);
+    cudaError_t err;
+    if (total > 0) {
+        group_keys_kernel<K><<<grid_size(total), kThreads, 0, stream>>>(
+            idx, N, (K)(M * S), (K)total, (K)(B * N), keys0, pos0);
+        if ((err = cudaGetLastError()) != cudaSuccess) return err;
+        size_t temp_bytes = L.temp_bytes;
+        err = sort_pairs<K>(workspace + L.temp, temp_bytes, keys, positions, total, L.end_bit,
+                            stream);
+        if (err != cudaSuccess) return err;
+    }
+    group_offsets_kernel<K><<<grid_size(num_keys), kThreads, 0, stream>>>(
+        keys.Current(), (K)total, (K)num_keys, offsets);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const K* sorted_positions = positions.Current();
+    switch (dtype) {
+        case PCOPS_FLOAT32:
+            return launch_backward_sum<Float32, K>(grad_out, offsets, sorted_positions, B, N, C,
+                                                   grad_features, stream);
+        case PCOPS_FLOAT64:
+            return launch_backward_sum<Float64, K>(grad_out, offsets, sorted_positions, B, N, C,
+                                                   grad_features, stream);
+        case PCOPS_FLOAT16:
+            return launch_backward_sum<Float16, K>(grad_out, offsets, sorted_positions, B, N, C,
+                                                   grad_features, stream);
+        case PCOPS_BFLOAT16:
+            return launch_backward_sum<BFloat16, K>(grad_out, offsets, sorted_positions, B, N, C,
+                                                    grad_features, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+extern "C" cudaError_t pcops_group_cuda(pcops_dtype dtype, const void* features,
+                                        const int64_t* idx, int64_t B, int64_t N, int64_t C,
+                                        int64_t M, int64_t S, void* out, cudaStream_t stream) {
+    if (B < 0 || N < 0 || C < 0 || M < 0 || S < 0) return cudaErrorInvalidValue;
+    const size_t elem_bytes = pcops_dtype_size(dtype);
+    if (elem_bytes == 0) return cudaErrorInvalidValue;
+    if (B == 0 || M == 0 || S == 0 || C == 0) return cudaSuccess;
+    const size_t row_bytes = (size_t)C * elem_bytes;
+    int width = 16;
+    while (width > 2 && (row_bytes % width != 0 || !is_aligned(features, width) ||
+                         !is_aligned(out, width)))
+        width /= 2;
+    const int64_t V = (int64_t)(row_bytes / width);
+    cudaError_t err;
+    switch (width) {
+        case 16: err = launch_group<uint4>(features, idx, B, N, M, S, V, out, stream); break;
+        case 8: err = launch_group<uint2>(features, idx, B, N, M, S, V, out, stream); break;
+        case 4: err = launch_group<uint32_t>(features, idx, B, N, M, S, V, out, stream); break;
+        default: err = launch_group<uint16_t>(features, idx, B, N, M, S, V, out, stream); break;
+    }
+#ifdef PCOPS_DEBUG_SYNC
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+#endif
+    return err;
+}
+
+extern "C" size_t pcops_group_backward_cuda_workspace_bytes(int64_t B, int64_t N, int64_t M,
+                                                            int64_t S) {
+    if (B <= 0 || N <= 0 || M < 0 || S < 0) return 0;
+    BackwardLayout L;
+    if (backward_layout(B, N, M, S, &L) != cudaSuccess) return 0;
+    return L.total_bytes;
+}
+
+extern "C" cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
+                                                 const int64_t* idx, int64_t B, int64_t N,
+                                                 int64_t C, int64_t M, int64_t S,
+                                                 void* workspace, void* grad_features,
+                                                 cudaStream_t stream) {
+    if (B < 0 || N < 0 || C < 0 || M < 0 || S < 0) return cudaErrorInvalidValue;
+    if (pcops_dtype_size(dtype) == 0) return cudaErrorInvalidValue;
+    if (B == 0 || N == 0 || C == 0) return cudaSuccess;
+    BackwardLayout L;
+    cudaError_t err = backward_layout(B, N, M, S, &L);
+    if (err != cudaSuccess) return err;
+    if (L.wide)
+        err = launch_backward<uint64_t>(dtype, grad_out, idx, B, N, C, M, S, L, (char*)workspace,
+                                        grad_features, stream);
+    else
+        err = launch_backward<uint32_t>(dtype, grad_out, idx, B, N, C, M, S, L, (char*)workspace,
+                                        grad_features, stream);
+#ifdef PCOPS_DEBUG_SYNC
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+#endif
+    return err;
+}
