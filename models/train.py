@@ -214,8 +214,9 @@ def evaluate(model, loader, num_classes, autocast, ddp):
     for xyz, labels, valid in loader:
         with autocast:
             pred = model(xyz).argmax(dim=1)
-        total.index_add_(0, labels, valid.long())
-        correct.index_add_(0, labels, (valid & (pred == labels)).long())
+        counted = F.one_hot(labels, num_classes) * valid.unsqueeze(1)   # [B,K], padding rows zero
+        total += counted.sum(0)
+        correct += (counted * (pred == labels).unsqueeze(1)).sum(0)
     if ddp:
         dist.all_reduce(correct)
         dist.all_reduce(total)
@@ -329,6 +330,20 @@ def main(argv=None):
                               dynamic=False)
     eval_model = model
     train_model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None) if ddp else model
+    compiled = args.compile  # until a compiled call fails, which switches both to raw_model
+
+    def uncompile(net):  # DDP keeps its module's parameters (and its hooks on them)
+        if isinstance(net, DDP):
+            net.module = raw_model
+            return net
+        return raw_model
+
+    def forward_backward(net, xyz, labels):
+        with autocast:
+            logits = net(xyz)
+        loss = F.cross_entropy(logits.float(), labels, label_smoothing=args.label_smoothing)
+        loss.backward()
+        return logits, loss
 
     # -- output and logging (rank 0 writes)
     if args.out is None:
@@ -382,10 +397,17 @@ def main(argv=None):
             lr = lr_at(step, total_steps, warmup_steps, args.lr, args.min_lr_ratio)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            with autocast:
-                logits = train_model(xyz)
-            loss = F.cross_entropy(logits.float(), labels, label_smoothing=args.label_smoothing)
-            loss.backward()
+            try:
+                logits, loss = forward_backward(train_model, xyz, labels)
+            except Exception as e:  # noqa: BLE001
+                if not compiled:
+                    raise
+                # compilation happens in the first step: a failure there must not end the run
+                log(f"WARNING: the compiled model failed ({type(e).__name__}: "
+                    f"{(str(e).strip().splitlines() or [''])[0][:300]}); continuing without torch.compile")
+                optimizer.zero_grad(set_to_none=True)
+                train_model, eval_model, compiled = uncompile(train_model), raw_model, False
+                logits, loss = forward_backward(train_model, xyz, labels)
             if args.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(raw_model.parameters(), args.grad_clip)
             optimizer.step()
@@ -409,7 +431,15 @@ def main(argv=None):
         train_time = time.time() - t_epoch
         if ema is not None:
             ema.swap()
-        val_acc, val_macc = evaluate(eval_model, val_loader, num_classes, autocast, ddp)
+        try:
+            val_acc, val_macc = evaluate(eval_model, val_loader, num_classes, autocast, ddp)
+        except Exception as e:  # noqa: BLE001
+            if eval_model is raw_model:
+                raise
+            log(f"WARNING: the compiled model failed in evaluation ({type(e).__name__}: "
+                f"{(str(e).strip().splitlines() or [''])[0][:300]}); evaluating without torch.compile")
+            eval_model = raw_model
+            val_acc, val_macc = evaluate(eval_model, val_loader, num_classes, autocast, ddp)
         if ema is not None:
             ema.swap()
         epoch += 1

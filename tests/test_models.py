@@ -495,6 +495,24 @@ def test_train_on_npz_file(tmp_path, gen, capsys):
     assert len(history) == 2 and 0 <= history[-1]["val_acc"] <= 100
 
 
+def test_compile_failure_falls_back_to_eager(tmp_path, monkeypatch, capsys):
+    import models.train
+
+    class Broken(torch.nn.Module):  # what torch.compile returns here: fails on its first call
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, xyz):
+            raise RuntimeError("backend compiler failed\nmore lines")
+
+    monkeypatch.setattr(models.train.torch, "compile", lambda model, **kw: Broken(model))
+    history = train_main(TINY + ["--epochs", "1", "--compile", "--out", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert "WARNING: the compiled model failed (RuntimeError: backend compiler failed)" in out
+    assert len(history) == 1
+
+
 @pytest.mark.skipif(not HAS_OPS, reason="needs pcops.ball_query / knn / group (FIXME: until they land)")
 def test_ddp_two_processes(tmp_path):
     """torchrun --nproc_per_node 2 on the CPU (gloo): a couple of steps, one evaluation."""
