@@ -538,8 +538,9 @@ class Augment:
         return xyz
 
     def __repr__(self) -> str:
-        return (f"Augment(scale={self.scale}, anisotropic={self.anisotropic}, shift={self.shift}, "
-                f"rotate={self.rotate}, up_axis={self.up_axis}, jitter={self.jitter}, dropout={self.dropout})")
+        scale = f"({self.scale[0]:.3g}, {self.scale[1]:.3g})" if self.scale else None
+        return (f"Augment(scale={scale}, anisotropic={self.anisotropic}, shift={self.shift:g}, "
+                f"rotate={self.rotate}, up_axis={self.up_axis}, jitter={self.jitter}, dropout={self.dropout:g})")
 
 
 # ---------------------------------------------------------------------------------------------
