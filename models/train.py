@@ -69,6 +69,8 @@ PRESETS = {
 
 def build_parser():
     p = argparse.ArgumentParser(prog="python -m models.train", description=__doc__,
+                                epilog="The defaults are sized for the built-in data on a CPU (a few minutes); "
+                                       "see --preset for ModelNet40.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
     a("--preset", choices=sorted(PRESETS), help="a named configuration (flags still override it)")
@@ -78,8 +80,8 @@ def build_parser():
                         "or a modelnet40_normal_resampled folder")
     g.add_argument("--points", type=int, default=None,
                    help="points per shape (default: 256 for builtin, all stored points for files)")
-    g.add_argument("--num-shapes", type=int, default=2000, help="builtin: training shapes")
-    g.add_argument("--num-val-shapes", type=int, default=500, help="builtin: validation shapes")
+    g.add_argument("--num-shapes", type=int, default=1200, help="builtin: training shapes")
+    g.add_argument("--num-val-shapes", type=int, default=400, help="builtin: validation shapes")
     g.add_argument("--aug-scale", type=float, nargs=2, default=[0.8, 1.25], metavar=("LO", "HI"),
                    help="random anisotropic scale range (0 0 to disable)")
     g.add_argument("--aug-shift", type=float, default=0.1, help="random shift amount")
@@ -93,14 +95,14 @@ def build_parser():
                    help="default: ssg-lite (a small SSG) for builtin, ssg for files")
     g.add_argument("--grouping", default="ball", choices=["ball", "knn"])
     g = p.add_argument_group("optimisation")
-    g.add_argument("--epochs", type=int, default=12)
+    g.add_argument("--epochs", type=int, default=6)
     g.add_argument("--time-budget", type=float, default=0.0,
                    help="seconds from start to final evaluation: after epoch 2 the number of epochs "
                         "is cut to what fits (0: off)")
-    g.add_argument("--batch-size", type=int, default=32, help="per process")
+    g.add_argument("--batch-size", type=int, default=16, help="per process")
     g.add_argument("--eval-batch-size", type=int, default=None, help="default: 4 x batch size")
     g.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd"])
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     g.add_argument("--weight-decay", type=float, default=1e-4)
     g.add_argument("--momentum", type=float, default=0.9, help="sgd only")
     g.add_argument("--warmup-epochs", type=float, default=1.0, help="linear warm-up, then cosine decay")
