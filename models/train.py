@@ -79,7 +79,8 @@ def build_parser():
                    help="'builtin' (procedural shapes), a ModelNet40 .npz, a folder of ply_data_*.h5 "
                         "or a modelnet40_normal_resampled folder")
     g.add_argument("--points", type=int, default=None,
-                   help="points per shape (default: 256 for builtin, all stored points for files)")
+                   help="points per shape (default: 256 for builtin, 1024 for the text layout, "
+                        "all stored points for npz / HDF5)")
     g.add_argument("--num-shapes", type=int, default=1200, help="builtin: training shapes")
     g.add_argument("--num-val-shapes", type=int, default=400, help="builtin: validation shapes")
     g.add_argument("--aug-scale", type=float, nargs=2, default=[0.8, 1.25], metavar=("LO", "HI"),
@@ -299,7 +300,9 @@ def main(argv=None):
     builtin = args.data == "builtin"
     if args.model is None:
         args.model = "ssg-lite" if builtin else "ssg"
-    train_set, val_set = load_data(args.data, num_points=args.points or 256, seed=args.seed,
+    # --points picks how many points the built-in set generates and the text reader keeps; the
+    # npz and HDF5 files are read whole
+    train_set, val_set = load_data(args.data, num_points=args.points or (256 if builtin else 1024), seed=args.seed,
                                    num_shapes=args.num_shapes, num_val_shapes=args.num_val_shapes)
     if args.points is None:
         args.points = min(train_set.points.shape[1], val_set.points.shape[1])
