@@ -588,11 +588,12 @@ class DeviceLoader:
         dev = self.data.points.device
         if self.train:
             order = torch.tensor(list(self.sampler), dtype=torch.long).to(dev, non_blocking=True)
+            valid = torch.ones(len(order), dtype=torch.bool, device=dev)
         else:
             order = torch.arange(self.rank, len(self.data), self.world_size, device=dev)
-            pad = len(self) * self.batch_size - len(order)
+            n_valid, pad = len(order), len(self) * self.batch_size - len(order)
             order = torch.cat([order, order.new_zeros(pad)])
-        valid = torch.arange(len(order), device=dev) < (len(order) if self.train else len(order) - pad)
+            valid = torch.arange(len(order), device=dev) < n_valid
         for k in range(len(self)):
             sel = order[k * self.batch_size:(k + 1) * self.batch_size]
             xyz = self.data.points[sel]                                    # [B,P,3]
