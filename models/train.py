@@ -81,8 +81,8 @@ def build_parser():
     g.add_argument("--points", type=int, default=None,
                    help="points per shape (default: 256 for builtin, 1024 for the text layout, "
                         "all stored points for npz / HDF5)")
-    g.add_argument("--num-shapes", type=int, default=1200, help="builtin: training shapes")
-    g.add_argument("--num-val-shapes", type=int, default=400, help="builtin: validation shapes")
+    g.add_argument("--num-shapes", type=int, default=2000, help="builtin: training shapes")
+    g.add_argument("--num-val-shapes", type=int, default=500, help="builtin: validation shapes")
     g.add_argument("--aug-scale", type=float, nargs=2, default=[0.8, 1.25], metavar=("LO", "HI"),
                    help="random anisotropic scale range (0 0 to disable)")
     g.add_argument("--aug-shift", type=float, default=0.1, help="random shift amount")
@@ -96,7 +96,7 @@ def build_parser():
                    help="default: ssg-lite (a small SSG) for builtin, ssg for files")
     g.add_argument("--grouping", default="ball", choices=["ball", "knn"])
     g = p.add_argument_group("optimisation")
-    g.add_argument("--epochs", type=int, default=6)
+    g.add_argument("--epochs", type=int, default=10)
     g.add_argument("--time-budget", type=float, default=0.0,
                    help="seconds from start to final evaluation: after epoch 2 the number of epochs "
                         "is cut to what fits (0: off)")
@@ -120,6 +120,10 @@ def build_parser():
                    help="with --compile, also compile the evaluation (inference) graph")
     g.add_argument("--compile-mode", default="default",
                    help="torch.compile mode: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs")
+    g.add_argument("--threads", type=int, default=1,
+                   help="CPU threads of torch on a CPU device (default 1: this model's ops are too small "
+                        "to gain from more, and on a busy machine more threads lose several-fold; scale "
+                        "out with torchrun --nproc_per_node instead)")
     g.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
                    help="TF32 matmuls for the fp32 parts on CUDA")
     g = p.add_argument_group("run")
@@ -273,7 +277,16 @@ def save(path, obj):
 
 
 def main(argv=None):
+    """Parses the command line (argv, default sys.argv) and trains; returns the metrics history."""
     args, ckpt = parse_args(argv)
+    threads = torch.get_num_threads()
+    try:
+        return train(args, ckpt)
+    finally:
+        torch.set_num_threads(threads)  # train() may change it; leave in-process callers as they were
+
+
+def train(args, ckpt=None):
     config = dict(vars(args))  # as given: what a checkpoint stores and --resume restores
 
     # -- processes and devices: torchrun sets RANK / WORLD_SIZE / LOCAL_RANK
@@ -290,6 +303,8 @@ def main(argv=None):
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     master = rank == 0
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
     if device.type == "cuda" and args.tf32:
         torch.set_float32_matmul_precision("high")
     if args.amp == "auto":

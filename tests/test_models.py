@@ -50,6 +50,15 @@ if not hasattr(pcops, "knn"):
     pcops.knn = _knn
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """These tensors are small: one thread is faster than two, many times so on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def unit_sphere_cloud(B, N, gen):
     """B clouds of N points on a unit sphere (so that balls hold neighbours as on real shapes)."""
     x = torch.randn(B, N, 3, generator=gen)
