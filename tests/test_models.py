@@ -213,8 +213,9 @@ def test_model_argument_errors():
 
 
 @pytest.mark.slow
-def test_torch_compile_matches_eager(gen):
-    model = PointNet2Classifier(5, build_model("ssg-lite", 5).levels, dropout=0.0)  # same in both
+@pytest.mark.parametrize("grouping", ["ball", "knn"])
+def test_torch_compile_matches_eager(grouping, gen):
+    model = PointNet2Classifier(5, build_model("ssg-lite", 5).levels, grouping=grouping, dropout=0.0)
     xyz = unit_sphere_cloud(4, 160, gen)
     compiled = torch.compile(model, dynamic=False, fullgraph=True)
     torch.testing.assert_close(compiled(xyz), model(xyz), atol=1e-3, rtol=1e-3)
