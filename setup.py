@@ -13,9 +13,12 @@ Install with the torch you run (pip's build isolation would build against anothe
 """
 import glob
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import warnings
 
 import torch
@@ -56,6 +59,41 @@ def find_cuda_home():
     return None
 
 
+def links_libstdcxx_dynamically(cxx):
+    """Whether `cxx` links a shared library against libstdc++.so (True), statically (False) or
+    cannot link at all (None). A copy of libstdc++ inside _C would give pcops its own exception
+    runtime, and every error raised by an op would crash the process instead (seen with a
+    wrapper toolchain whose private lib directory holds only libstdc++.a)."""
+    with tempfile.TemporaryDirectory() as d:
+        src, lib = os.path.join(d, "probe.cpp"), os.path.join(d, "probe.so")
+        with open(src, "w") as f:
+            f.write('#include <stdexcept>\nvoid probe() { throw std::runtime_error("probe"); }\n')
+        try:
+            subprocess.run(shlex.split(cxx) + ["-shared", "-fPIC", src, "-o", lib],
+                           capture_output=True, check=True)
+            dyn = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True, check=True)
+        except (OSError, subprocess.CalledProcessError):
+            return None
+        return "libstdc++.so" in dyn.stdout
+
+
+def choose_cxx():
+    """Keeps $CXX unless it links libstdc++ statically; then falls back to a g++ that does not."""
+    cxx = os.environ.get("CXX", "c++")
+    if links_libstdcxx_dynamically(cxx) is not False:
+        return
+    for alt_cxx, alt_cc in (("/usr/bin/g++", "/usr/bin/gcc"), ("g++", "gcc"), ("c++", "cc")):
+        if shutil.which(alt_cxx) and links_libstdcxx_dynamically(alt_cxx):
+            warnings.warn(f"pcops: CXX={cxx} links libstdc++ statically into shared libraries, so "
+                          f"exceptions raised by pcops would crash; building with {alt_cxx} instead.")
+            os.environ["CXX"], os.environ["CC"] = alt_cxx, alt_cc
+            return
+    sys.exit(f"pcops: CXX={cxx} links libstdc++ statically into shared libraries (exceptions raised "
+             f"by pcops would crash the process) and no other g++ was found: set CXX/CC to one that "
+             f"links libstdc++.so.")
+
+
+choose_cxx()
 CUDA_HOME = find_cuda_home()
 if CUDA_HOME:
     # torch.utils.cpp_extension reads CUDA_HOME when it is imported.
@@ -102,7 +140,7 @@ class BuildExt(cpp_extension.BuildExtension):
             obj = os.path.join(out_dir, os.path.basename(src)[:-2] + ".o")
             if (self.force or not os.path.exists(obj)
                     or os.path.getmtime(obj) < max(os.path.getmtime(src), newest_header)):
-                cmd = [cc, *C_FLAGS, *DEFINES, "-c", src, "-o", obj]
+                cmd = [cc, *C_FLAGS, "-c", src, "-o", obj]  # the C code needs no CUDA header
                 print(" ".join(cmd))
                 subprocess.run(cmd, check=True)
             objects.append(obj)

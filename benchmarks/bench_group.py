@@ -14,6 +14,7 @@ The floor (CUDA): the fewest bytes moved -- idx read once, the gathered rows wri
 (forward) or read once (backward), the features read (forward) or written (backward) once --
 over ~3.0 TB/s of H100 memory bandwidth; GB/s is those bytes over the measured time.
 """
+import importlib
 import os
 import sys
 
@@ -23,9 +24,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the worktree's pcops, when run as a script
 
-from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
+from common import base_parser, environment_header, fmt_ms, print_table, time_fn  # noqa: E402
 
 import pcops  # noqa: E402
+
+
+def try_import(name):
+    """A peer module if installed, else None. importlib, so that a dotted name gives the
+    submodule (common.try_import's __import__ returns the top-level package)."""
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
 
 HBM_BYTES_PER_S = 3.0e12  # H100 SXM, about; METHOD.md: the floor is bytes over this
 
@@ -105,7 +115,10 @@ def peer_forward_fns(features, idx):
 def main():
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch and OpenMP)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # the same libgomp runs the pcops kernels
     device = args.device
     on_cuda = device.startswith("cuda")
     reps = 3 if args.quick else (50 if on_cuda else 5)
@@ -139,14 +152,17 @@ def main():
             # backward
             t_pcops = time_fn(lambda: pcops.group_backward(grad_out, idx, N), device, warmup=warmup, reps=reps)
             t_torch = time_fn(lambda: torch_group_backward(grad_out, idx, N), device, warmup=warmup, reps=reps)
-            t_det = time_fn(lambda: deterministic(torch_group_backward)(grad_out, idx, N), device,
-                            warmup=warmup, reps=reps)
+            try:
+                t_det = time_fn(lambda: deterministic(torch_group_backward)(grad_out, idx, N), device,
+                                warmup=warmup, reps=reps)
+            except RuntimeError:  # no deterministic index_add_ for this device/dtype
+                t_det = None
             floor_bytes = B * M * S * 8 + B * M * S * C * es + B * N * C * es
             bwd_rows.append((shape, dtype_name, t_pcops, t_torch, t_det, floor_bytes))
 
     def floor_cols(t, floor_bytes):
         gbs = floor_bytes / (t * 1e-3) / 1e9
-        cols = [f"{gbs:.0f}"]
+        cols = [f"{gbs:.0f}" if gbs >= 10 else f"{gbs:.2g}"]
         if on_cuda:
             cols.append(fmt_ms(floor_bytes / HBM_BYTES_PER_S * 1e3))
         return cols
@@ -164,8 +180,8 @@ def main():
               "speedup vs index_add_", "speedup vs deterministic", "pcops GB/s", *extra]
     rows = []
     for shape, dt, tp, tt, td, fb in bwd_rows:
-        rows.append([shape, dt, fmt_ms(tp), fmt_ms(tt), fmt_ms(td), f"{tt / tp:.2f}x", f"{td / tp:.2f}x",
-                     *floor_cols(tp, fb)])
+        rows.append([shape, dt, fmt_ms(tp), fmt_ms(tt), fmt_ms(td), f"{tt / tp:.2f}x",
+                     f"{td / tp:.2f}x" if td else "-", *floor_cols(tp, fb)])
     print_table(f"group_backward on {device} (pcops: deterministic, no atomics)", header, rows, args.out)
 
 

@@ -5,6 +5,7 @@ is reported; on the CPU, time.perf_counter around each call. Warm-up calls come 
 library loading, allocator growth and compilation stay out of the numbers.
 """
 import argparse
+import importlib
 import os
 import platform
 import statistics
@@ -43,7 +44,7 @@ def time_fn(fn, device, *, warmup=3, reps=20, min_time_s=0.0):
 def try_import(name):
     """A peer library if it is installed (pytorch3d, torch_cluster, pointnet2_ops), else None."""
     try:
-        return __import__(name)
+        return importlib.import_module(name)  # the submodule itself for dotted names
     except Exception:
         return None
 

@@ -10,23 +10,14 @@ namespace {
 constexpr const char* kGroup = "group";
 constexpr const char* kBackward = "group_backward";
 
-// The four float dtypes of the contract (check_float_tensor also lets float8 types through).
-void check_float_dtype(const char* op, const char* name, const at::Tensor& t) {
-    const auto type = t.scalar_type();
-    TORCH_CHECK_TYPE(type == at::kFloat || type == at::kDouble || type == at::kHalf ||
-                         type == at::kBFloat16,
-                     "pcops.", op, ": argument '", name,
-                     "' must be a floating point tensor (float32, float64, float16 or bfloat16), got ",
-                     describe(t));
-}
-
 // idx holds values in [-1, n) (`n_name` says what n is); one host sync on CUDA, skipped while
 // capturing a CUDA graph (the kernels treat any value outside [0, n) as -1).
 void check_idx_values(const char* op, const at::Tensor& idx, int64_t n, const char* n_name) {
     if (idx.numel() == 0 || !check_values_now(idx)) return;
     auto [lo, hi] = value_range(idx);
-    TORCH_CHECK_VALUE(lo >= -1 && hi < n, "pcops.", op, ": argument 'idx' must hold values in [-1, ",
-                      n_name, ") = [-1, ", n, "), got values in [", lo, ", ", hi, "]");
+    TORCH_CHECK_VALUE(lo >= -1 && hi < n, "pcops.", op,
+                      ": argument 'idx' must hold values in [-1, ", n_name, ") = [-1, ", n,
+                      "), got values in [", lo, ", ", hi, "]");
 }
 
 struct GroupCall {
@@ -58,14 +49,15 @@ GroupCall prepare_group(const at::Tensor& features, const at::Tensor& idx) {
 struct BackwardCall {
     at::Tensor grad_out;       // [B,M,S,C], contiguous
     at::Tensor idx;            // [B,M,S] int64, contiguous
-    at::Tensor grad_features;  // [B,num_points,C]
+    at::Tensor grad_features;  // [B,num_points,C]: grad_out's dtype, or float32 sums (CPU, half)
     int64_t B, N, C, M, S;
 };
 
-// compute_dtype: upcast half types to float32 (the CPU kernel adds in float32 or float64);
-// otherwise keep grad_out's dtype (the CUDA kernel accumulates half types in float32 itself).
+// The kernels read grad_out in its own dtype and add in float32 (float64 for float64). The
+// CPU kernel returns the float32 sums for half types (`float_sums_for_half`), which the
+// binding rounds once; the CUDA kernel rounds them itself.
 BackwardCall prepare_backward(const at::Tensor& grad_out, const at::Tensor& idx,
-                              int64_t num_points, bool compute_dtype) {
+                              int64_t num_points, bool float_sums_for_half) {
     check_float_tensor(kBackward, "grad_out", grad_out, 4, -1, "[B, M, S, C]");
     check_float_dtype(kBackward, "grad_out", grad_out);
     check_index_tensor(kBackward, "idx", idx, 3, "[B, M, S]");
@@ -82,9 +74,12 @@ BackwardCall prepare_backward(const at::Tensor& grad_out, const at::Tensor& idx,
     c.S = grad_out.size(2);
     c.C = grad_out.size(3);
     c.N = num_points;
-    c.grad_out = compute_dtype ? to_compute_dtype(grad_out) : grad_out.contiguous();
+    c.grad_out = grad_out.contiguous();
     c.idx = idx.contiguous();
-    c.grad_features = at::empty({c.B, c.N, c.C}, c.grad_out.options());
+    const auto type = grad_out.scalar_type();
+    const bool half = type == at::kHalf || type == at::kBFloat16;
+    const auto out_type = float_sums_for_half && half ? at::kFloat : type;
+    c.grad_features = at::empty({c.B, c.N, c.C}, grad_out.options().dtype(out_type));
     return c;
 }
 
@@ -98,7 +93,7 @@ at::Tensor group_cpu(const at::Tensor& features, const at::Tensor& idx) {
 
 at::Tensor group_backward_cpu(const at::Tensor& grad_out, const at::Tensor& idx,
                               int64_t num_points) {
-    BackwardCall c = prepare_backward(grad_out, idx, num_points, /*compute_dtype=*/true);
+    BackwardCall c = prepare_backward(grad_out, idx, num_points, /*float_sums_for_half=*/true);
     check_status(kBackward,
                  pcops_group_backward_cpu(to_pcops_dtype(c.grad_out.scalar_type()),
                                           c.grad_out.data_ptr(), c.idx.data_ptr<int64_t>(), c.B,
@@ -124,7 +119,7 @@ at::Tensor group_backward_cuda(const at::Tensor& grad_out, const at::Tensor& idx
                                int64_t num_points) {
     check_cuda_tensor(kBackward, "grad_out", grad_out);
     c10::cuda::CUDAGuard guard(grad_out.device());
-    BackwardCall c = prepare_backward(grad_out, idx, num_points, /*compute_dtype=*/false);
+    BackwardCall c = prepare_backward(grad_out, idx, num_points, /*float_sums_for_half=*/false);
     at::Tensor workspace = at::empty(
         {(int64_t)pcops_group_backward_cuda_workspace_bytes(c.B, c.N, c.M, c.S)},
         c.grad_out.options().dtype(at::kByte));

@@ -25,13 +25,20 @@ std::string describe(const at::Tensor& t) {
     return s.str();
 }
 
+void check_float_dtype(const char* op, const char* name, const at::Tensor& t) {
+    const auto type = t.scalar_type();
+    TORCH_CHECK_TYPE(type == at::kFloat || type == at::kDouble || type == at::kHalf ||
+                         type == at::kBFloat16,
+                     "pcops.", op, ": argument '", name,
+                     "' must be a floating point tensor (float32, float64, float16 or bfloat16), got ",
+                     describe(t));
+}
+
 void check_float_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
                         int64_t last_dim, const char* shape) {
     TORCH_CHECK_VALUE(t.defined(), "pcops.", op, ": argument '", name, "' must be a tensor of shape ",
                       shape, ", got an undefined tensor");
-    TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), "pcops.", op, ": argument '", name,
-                     "' must be a floating point tensor (float32, float64, float16 or bfloat16), got ",
-                     describe(t));
+    check_float_dtype(op, name, t);  // float8 and other exotic floating types are rejected too
     TORCH_CHECK_VALUE(t.dim() == rank && (last_dim < 0 || t.size(-1) == last_dim), "pcops.", op,
                       ": argument '", name, "' must be a tensor of shape ", shape, ", got ",
                       describe(t));
@@ -88,7 +95,8 @@ std::pair<int64_t, int64_t> value_range(const at::Tensor& t) {
 
 std::optional<at::Tensor> check_lengths(const char* op, const char* name,
                                         const std::optional<at::Tensor>& lengths, int64_t B,
-                                        int64_t N, const at::Tensor& like) {
+                                        int64_t N, const at::Tensor& like,
+                                        const char* bound_name) {
     if (!lengths.has_value() || !lengths->defined()) return std::nullopt;
     const at::Tensor& t = *lengths;
     check_index_tensor(op, name, t, 1, "[B]");
@@ -97,8 +105,8 @@ std::optional<at::Tensor> check_lengths(const char* op, const char* name,
     if (B > 0 && check_values_now(t)) {
         auto [lo, hi] = value_range(t);
         TORCH_CHECK_VALUE(lo >= 0 && hi <= N, "pcops.", op, ": argument '", name,
-                          "' must hold values in [0, N] = [0, ", N, "], got values in [", lo, ", ",
-                          hi, "]");
+                          "' must hold values in [0, ", bound_name, "] = [0, ", N,
+                          "], got values in [", lo, ", ", hi, "]");
     }
     return t.contiguous();
 }

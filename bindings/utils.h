@@ -28,6 +28,10 @@ std::string describe(const at::Tensor& t);
 void check_float_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
                         int64_t last_dim, const char* shape);
 
+// `t` is float32, float64, float16 or bfloat16 (check_float_tensor lets float8 types through;
+// they would reach to_pcops_dtype and fail there with a message that names no op).
+void check_float_dtype(const char* op, const char* name, const at::Tensor& t);
+
 // `t` is an int64 tensor of rank `rank` ("[B, M, S]" in words).
 void check_index_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
                         const char* shape);
@@ -48,9 +52,11 @@ void check_radius(const char* op, const char* name, double radius);
 
 // Optional per-batch lengths: int64 [B] on the device of `like`, values in [0, N]
 // (values checked when check_values_now(like)). Returns the contiguous tensor or nullopt.
+// `bound_name` names the upper bound in the message ("N"; "M" for query lengths).
 std::optional<at::Tensor> check_lengths(const char* op, const char* name,
                                         const std::optional<at::Tensor>& lengths, int64_t B,
-                                        int64_t N, const at::Tensor& like);
+                                        int64_t N, const at::Tensor& like,
+                                        const char* bound_name = "N");
 
 // Whether value ranges of index tensors on `t`'s device can be checked now. Always on the
 // CPU; on CUDA a check costs one host synchronisation, so it is skipped while the current

@@ -5,10 +5,14 @@
  * group. Forward: features[B,N,C], idx[B,M,S] -> out[B,M,S,C], out[b,m,s,:] =
  * features[b, idx[b,m,s], :], zeros where idx is -1 (or anything outside [0, N)).
  * Backward: grad_out[B,M,S,C], idx[B,M,S] -> grad_features[B,N,C], the sum of the rows
- * grad_out[b,m,s,:] with idx[b,m,s] == n, added in ascending (m,s) order starting from 0.
+ * grad_out[b,m,s,:] with idx[b,m,s] == n, added in ascending (m,s) order starting from 0, in
+ * float32 for float32/float16/bfloat16 and float64 for float64. Half-type rows are converted
+ * to float32 as they are added, and the float32 sums are returned (the caller rounds them
+ * once to the half type), so no float32 copy of grad_out is ever made.
  *
  * Forward work sharing: OpenMP over the B*M rows of S slots; each slot is one copy of C
  * elements (the forward only moves bytes, so one routine serves every dtype by element size).
+ * Small calls (GROUP_PARALLEL_MIN_*) run on one thread, forward and backward.
  *
  * Backward work sharing, without atomics and with a summation order that does not depend on
  * the number of threads: grad_features is cut into disjoint tasks (batch b, a range of points
@@ -30,6 +34,10 @@
 
 /* Channels per backward task: 256 floats = 1 KiB of each row. */
 #define GROUP_CHANNEL_CHUNK 256
+/* Below this many bytes copied (forward) or elements added (backward) a call runs on one
+ * thread: waking the OpenMP team costs more than the work. */
+#define GROUP_PARALLEL_MIN_BYTES 262144.0
+#define GROUP_PARALLEL_MIN_ELEMENTS 65536.0
 
 static int group_max_threads(void) {
 #ifdef _OPENMP
@@ -60,7 +68,9 @@ static int group_max_threads(void) {
 static void group_forward(const void* features, const int64_t* idx, int64_t B, int64_t N,
                           int64_t C, int64_t M, int64_t S, size_t elem_bytes, void* out) {
     const int64_t rows = B * M;
-#pragma omp parallel for schedule(static)
+    const int parallel =
+        (double)rows * (double)S * (double)C * (double)elem_bytes >= GROUP_PARALLEL_MIN_BYTES;
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t r = 0; r < rows; ++r) {
         const int64_t b = r / M;
         const char* src_b = (const char*)features + (size_t)(b * N) * (size_t)C * elem_bytes;
@@ -75,16 +85,74 @@ static void group_forward(const void* features, const int64_t* idx, int64_t B, i
 }
 #undef GROUP_COPY_ROWS
 
+/* Half types are read as raw 16-bit patterns and converted exactly to float32. */
+static inline float group_bf16_to_float(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline float group_f16_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exponent = (h >> 10) & 0x1fu;
+    const uint32_t mantissa = h & 0x3ffu;
+    /* normal: rebias the exponent (15 -> 127); inf and NaN: all-ones exponent, same payload;
+     * subnormal (and zero): mantissa * 2**-24, exact in float32. */
+    const uint32_t normal = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+    const uint32_t special = sign | 0x7f800000u | (mantissa << 13);
+    const float small = (float)mantissa * 5.9604644775390625e-08f; /* 2**-24 */
+    uint32_t small_bits;
+    memcpy(&small_bits, &small, sizeof small_bits);
+    small_bits |= sign;
+    /* selected with masks rather than branches, so the loops that call this vectorise */
+    const uint32_t is_special = 0u - (uint32_t)(exponent == 0x1fu);
+    const uint32_t is_small = 0u - (uint32_t)(exponent == 0u);
+    const uint32_t bits =
+        (special & is_special) | (small_bits & is_small) | (normal & ~(is_special | is_small));
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+#define SRC float
 #define T float
+#define LOAD(x) (x)
 #define FN(name) name##_f32
 #include "group_cpu.inc"
+#undef SRC
 #undef T
+#undef LOAD
 #undef FN
 
+#define SRC double
 #define T double
+#define LOAD(x) (x)
 #define FN(name) name##_f64
 #include "group_cpu.inc"
+#undef SRC
 #undef T
+#undef LOAD
+#undef FN
+
+#define SRC uint16_t
+#define T float
+#define LOAD(x) group_f16_to_float(x)
+#define FN(name) name##_f16
+#include "group_cpu.inc"
+#undef SRC
+#undef T
+#undef LOAD
+#undef FN
+
+#define SRC uint16_t
+#define T float
+#define LOAD(x) group_bf16_to_float(x)
+#define FN(name) name##_bf16
+#include "group_cpu.inc"
+#undef SRC
+#undef T
+#undef LOAD
 #undef FN
 
 pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
@@ -102,12 +170,25 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
                                       const int64_t* idx, int64_t B, int64_t N, int64_t C,
                                       int64_t M, int64_t S, void* grad_features) {
     if (B < 0 || N < 0 || C < 0 || M < 0 || S < 0) return PCOPS_ERROR_INVALID_VALUE;
-    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    if (pcops_dtype_size(dtype) == 0) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
     if (B == 0 || N == 0 || C == 0) return PCOPS_SUCCESS;
     if (!grad_features || (M > 0 && S > 0 && (!grad_out || !idx))) return PCOPS_ERROR_INVALID_VALUE;
-    if (dtype == PCOPS_FLOAT32)
-        group_backward_f32((const float*)grad_out, idx, B, N, C, M, S, (float*)grad_features);
-    else
-        group_backward_f64((const double*)grad_out, idx, B, N, C, M, S, (double*)grad_features);
+    switch (dtype) {
+        case PCOPS_FLOAT32:
+            group_backward_f32((const float*)grad_out, idx, B, N, C, M, S, (float*)grad_features);
+            break;
+        case PCOPS_FLOAT64:
+            group_backward_f64((const double*)grad_out, idx, B, N, C, M, S,
+                               (double*)grad_features);
+            break;
+        case PCOPS_FLOAT16:
+            group_backward_f16((const uint16_t*)grad_out, idx, B, N, C, M, S,
+                               (float*)grad_features);
+            break;
+        case PCOPS_BFLOAT16:
+            group_backward_bf16((const uint16_t*)grad_out, idx, B, N, C, M, S,
+                                (float*)grad_features);
+            break;
+    }
     return PCOPS_SUCCESS;
 }

@@ -44,10 +44,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// A W-byte chunk moved by one load and one store.
-template <typename S, int VEC>
-struct alignas(sizeof(S) * VEC) Vec {
-    S v[VEC];
+// VEC elements loaded or stored by one instruction in the backward (16 bytes at most).
+template <typename Scalar, int VEC>
+struct alignas(sizeof(Scalar) * VEC) Vec {
+    Scalar v[VEC];
 };
 
 // Scalar storage and accumulation type of each dtype. Half types are handled as raw 16-bit
@@ -67,8 +67,12 @@ struct Float64 {
 struct Float16 {
     using Storage = uint16_t;
     using Acc = float;
-    static __device__ __forceinline__ float load(uint16_t x) { return __half2float(__ushort_as_half(x)); }
-    static __device__ __forceinline__ uint16_t store(float a) { return __half_as_ushort(__float2half_rn(a)); }
+    static __device__ __forceinline__ float load(uint16_t x) {
+        return __half2float(__ushort_as_half(x));
+    }
+    static __device__ __forceinline__ uint16_t store(float a) {
+        return __half_as_ushort(__float2half_rn(a));
+    }
 };
 struct BFloat16 {
     using Storage = uint16_t;
@@ -153,9 +157,9 @@ __global__ void __launch_bounds__(kThreads)
 group_backward_kernel(const typename D::Storage* __restrict__ grad_out,
                       const K* __restrict__ offsets, const K* __restrict__ positions, int64_t C,
                       int64_t CV, int64_t items, typename D::Storage* __restrict__ grad_features) {
-    using S = typename D::Storage;
+    using Elem = typename D::Storage;
     using A = typename D::Acc;
-    using V = Vec<S, VEC>;
+    using V = Vec<Elem, VEC>;
     for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < items;
          i += (int64_t)gridDim.x * kThreads) {
         const int64_t k = i / CV;
@@ -260,18 +264,18 @@ template <typename D, typename K>
 cudaError_t launch_backward_sum(const void* grad_out, const K* offsets, const K* positions,
                                 int64_t B, int64_t N, int64_t C, void* grad_features,
                                 cudaStream_t stream) {
-    using S = typename D::Storage;
-    constexpr int kMaxVec = 16 / (int)sizeof(S);
+    using Elem = typename D::Storage;
+    constexpr int kMaxVec = 16 / (int)sizeof(Elem);
     int vec = kMaxVec;
-    while (vec > 1 && (C % vec != 0 || !is_aligned(grad_out, vec * sizeof(S)) ||
-                       !is_aligned(grad_features, vec * sizeof(S))))
+    while (vec > 1 && (C % vec != 0 || !is_aligned(grad_out, vec * sizeof(Elem)) ||
+                       !is_aligned(grad_features, vec * sizeof(Elem))))
         vec /= 2;
     const int64_t CV = C / vec;
     const int64_t items = B * N * CV;
     const unsigned grid = grid_size(items);
 #define PCOPS_GROUP_BACKWARD(VEC)                                                              \
     group_backward_kernel<D, VEC, K><<<grid, kThreads, 0, stream>>>(                          \
-        (const S*)grad_out, offsets, positions, C, CV, items, (S*)grad_features)
+        (const Elem*)grad_out, offsets, positions, C, CV, items, (Elem*)grad_features)
     switch (vec) {
         case 8: if constexpr (kMaxVec >= 8) PCOPS_GROUP_BACKWARD(8); break;
         case 4: if constexpr (kMaxVec >= 4) PCOPS_GROUP_BACKWARD(4); break;

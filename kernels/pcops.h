@@ -96,7 +96,10 @@ pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* le
  *
  * For each valid query (m < query_lengths[b]) the K nearest valid refs (n < ref_lengths[b]),
  * sorted by (dist2, idx) ascending. Slots past the number of valid refs, and every slot of an
- * invalid query, hold idx -1 and dist2 +inf. dtype: FLOAT32 or FLOAT64. No cap on K.
+ * invalid query, hold idx -1 and dist2 +inf. A ref whose squared distance is not below +inf
+ * (overflow to inf, or NaN from non-finite coordinates) is never a neighbour. Ties go to the
+ * lower index: the result is exactly the K smallest keys (dist2, idx), so the CPU and CUDA
+ * return the same indices. dtype: FLOAT32 or FLOAT64. No cap on K.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref,
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
@@ -127,8 +130,9 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
  *           grad_features[b,n,:] = sum of grad_out[b,m,s,:] over the (m,s) with idx[b,m,s]==n,
  *           added in ascending (m,s) order starting from 0 -- a fixed order, so the result is
  *           the same bits on every run and on CPU and CUDA. No floating-point atomics.
- *           CPU: FLOAT32 or FLOAT64 (the caller upcasts half types).
- *           CUDA: all four dtypes; half types accumulate in float32 and are rounded once.
+ *           All four dtypes; half types accumulate in float32. grad_features has the
+ *           dtype of grad_out, except on the CPU for half types, where it is float32 (the
+ *           sums before rounding; the caller rounds them once, as the CUDA kernel does).
  *           Indices outside [0, N) add nothing. The CUDA backward needs the scratch of
  *           pcops_group_backward_cuda_workspace_bytes(B, N, M, S): sort keys and positions of
  *           the B*M*S slots, B*N+1 segment offsets and cub's radix-sort temp storage.
@@ -149,7 +153,18 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  *   indices in visiting order, the first *num_kept valid, the rest -1), num_kept[1] (int64).
  *
  * Greedy: visit boxes in `order`; keep a box unless an already kept box of the same group lies
- * within squared xy distance < radius2 (compared in dtype). dtype: FLOAT32 or FLOAT64.
+ * within squared xy distance < radius2 (compared in dtype: d = dx*dx + dy*dy < (T)radius2).
+ * groups NULL: one group. dtype: FLOAT32 or FLOAT64. Every element of the three outputs is
+ * written. `order` must be a permutation of [0, N); should an entry lie outside [0, N), that
+ * visit keeps nothing and removes nothing (no out-of-bounds access).
+ *
+ * CPU: one thread; the boxes sorted by group and along x or y, so that a kept box tests only the
+ * boxes of its group within the radius along that axis; O(N + K * band), at worst
+ * O(K * N), for K kept boxes; workspace O(N).
+ * CUDA: a suppression bitmask of N * ceil(N/64) 64-bit words in the workspace (about N**2 / 8
+ * bytes: 134 MB for N = 32768, 313 MB for N = 50000; only its upper triangle is written and
+ * read), then a scan over it by one thread block; no host synchronisation (*num_kept is written
+ * on the device). N <= 4194240 (65535 blocks of 64).
  * ---------------------------------------------------------------------------------------- */
 size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N);
 
@@ -176,10 +191,15 @@ cudaError_t pcops_fps_cuda_variant(pcops_dtype dtype, const void* xyz, const int
                                    void* workspace, int64_t* idx, void* dist2, int variant,
                                    cudaStream_t stream);
 
+/* kNN on CUDA: M, N and K at most INT_MAX (cudaErrorInvalidValue otherwise). The workspace
+ * holds the partial lists of queries whose refs are split over several threads (few queries,
+ * many refs); its size (0 for most calls) depends on the current device's SM count. */
+size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                      int64_t K);
 cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
-                           int64_t M, int64_t N, int64_t K, void* dist2, int64_t* idx,
-                           cudaStream_t stream);
+                           int64_t M, int64_t N, int64_t K, void* workspace, void* dist2,
+                           int64_t* idx, cudaStream_t stream);
 
 cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* query, const void* ref,
                                   const int64_t* query_lengths, const int64_t* ref_lengths,

@@ -15,8 +15,11 @@ from ._loader import load_library as _load_library
 
 _build_info = _load_library()
 
+from .ball_query import ball_query  # noqa: E402
+from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
+from .knn import knn  # noqa: E402
 
 __version__ = "0.1.0"
 WITH_CUDA: bool = _build_info.WITH_CUDA
@@ -24,7 +27,11 @@ WITH_CUDA: bool = _build_info.WITH_CUDA
 
 __all__ = [
     "WITH_CUDA",
+    "ball_query",
+    "circle_nms",
+    "circle_nms_mask",
     "furthest_point_sample",
     "group",
     "group_backward",
+    "knn",
 ]

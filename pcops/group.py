@@ -6,7 +6,8 @@ __all__ = ["group", "group_backward"]
 
 
 def group(features: Tensor, idx: Tensor) -> Tensor:
-    """Gathers the features of each group's neighbours: ``out[b, m, s, :] = features[b, idx[b, m, s], :]``.
+    """Gathers the features of each group's neighbours:
+    ``out[b, m, s, :] = features[b, idx[b, m, s], :]``.
 
     The step between a neighbour search (``pcops.ball_query``, ``pcops.knn``) and the shared MLP
     of a PointNet++ set abstraction. Slots with index -1 (no neighbour) come out as zeros.

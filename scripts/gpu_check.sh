@@ -48,7 +48,7 @@ if has sanitize; then
     for tool in memcheck racecheck initcheck synccheck; do
         stamp "compute-sanitizer --tool $tool"
         # Outputs are not poisoned here: initcheck must see reads of memory nothing wrote.
-        PCOPS_TEST_NO_POISON=1 timeout 600 "$SAN" --tool "$tool" --print-limit 50 \
+        PCOPS_TEST_NO_POISON=1 timeout "${SAN_TIMEOUT:-300}" "$SAN" --tool "$tool" --print-limit 50 \
             $PY -m pytest -q -p no:cacheprovider -m sanitizer tests > "$OUT/sanitizer_$tool.log" 2>&1
         echo $? > "$OUT/sanitizer_$tool.rc"
         grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer_$tool.log" | tail -n 2

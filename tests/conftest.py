@@ -30,7 +30,8 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and str(callspec.params.get("device", "")).startswith("cuda"):
+        on_cuda = callspec is not None and str(callspec.params.get("device", "")).startswith("cuda")
+        if on_cuda or "cuda" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cuda)
 
 

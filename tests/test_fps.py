@@ -377,3 +377,9 @@ def test_cuda_sanitizer_cluster_kernel(cuda, gen, monkeypatch):
     xyz = rand_points(2, 3000, gen)
     lengths = torch.tensor([3000, 5])
     assert_equal(fps_op(xyz.cuda(), 200, lengths.cuda())[0], fps_op(xyz, 200, lengths)[0])
+
+
+def test_float8_coordinates_are_rejected_naming_the_op():
+    xyz = torch.rand(1, 5, 3).to(torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match=r"pcops\.furthest_point_sample: argument 'xyz' must be a floating point tensor \(float32, float64, float16 or bfloat16\)"):
+        fps_op(xyz, 2)

@@ -218,6 +218,18 @@ def test_backward_half_types_accumulate_in_float32(device, gen, dtype):
     assert_equal(got, expected_backward(grad_out, idx, N), what=f"{dtype} backward")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_backward_reads_every_half_bit_pattern_exactly(device, dtype):
+    """All 65536 bit patterns (subnormals, infinities, NaNs, -0), one per point: each sum is
+    0 + x, so the result is x itself (-0 becomes +0) if the conversion to float32 is exact."""
+    grad_out = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).view(1, -1, 1, 1)
+    idx = torch.arange(2**16).view(1, -1, 1)
+    got = backward_op(grad_out.to(device), idx.to(device), 2**16)
+    assert_equal(got, expected_backward(grad_out, idx, 2**16))
+    finite = grad_out.flatten().float().isfinite()
+    assert_equal(got.flatten()[finite], (grad_out.flatten()[finite].float() + 0.0).to(dtype))
+
+
 def test_backward_is_bitwise_reproducible(device, gen):
     B, N, C, M, S = 4, 200, 32, 128, 32
     features = rand_features(B, N, C, gen).to(device).requires_grad_()
@@ -363,7 +375,7 @@ def test_cuda_matches_cpu_bitwise(cuda, gen, dtype, B, N, C, M, S):
 
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-@pytest.mark.parametrize("B,N,C,M,S", [(1, 1, 1, 1, 1), (2, 3, 5, 4, 3), (3, 7, 8, 5, 7), (2, 33, 16, 9, 4)])
+@pytest.mark.parametrize("B,N,C,M,S", [(1, 1, 1, 1, 1), (3, 7, 8, 5, 7), (2, 33, 16, 9, 4)])
 def test_cuda_small_against_reference(cuda, gen, dtype, B, N, C, M, S):
     features = rand_features(B, N, C, gen, dtype=dtype)
     idx = rand_idx(B, M, S, N, gen)

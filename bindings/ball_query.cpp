@@ -1,0 +1,96 @@
+// ball_query.cpp -- binding of ball_query: checks, allocation, dispatch to kernels/ball_query.*.
+#include <torch/library.h>
+
+#include "utils.h"
+
+namespace pcops {
+namespace {
+
+constexpr const char* kOp = "ball_query";
+
+// Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
+struct BallQueryCall {
+    at::Tensor query;  // [B,M,3], float32 or float64 (half types upcast)
+    at::Tensor ref;    // [B,N,3], same dtype as query
+    std::optional<at::Tensor> query_lengths;
+    std::optional<at::Tensor> ref_lengths;
+    at::Tensor idx;    // [B,M,nsample] int64
+    at::Tensor count;  // [B,M] int64
+    double radius2;    // radius**2 in double; the kernels compare d < (T)radius2
+    int64_t B, M, N, nsample;
+};
+
+BallQueryCall prepare(const at::Tensor& query, const at::Tensor& ref, double radius,
+                      int64_t nsample, const std::optional<at::Tensor>& query_lengths,
+                      const std::optional<at::Tensor>& ref_lengths) {
+    check_float_tensor(kOp, "query", query, 3, 3, "[B, M, 3]");
+    check_float_tensor(kOp, "ref", ref, 3, 3, "[B, N, 3]");
+    check_float_dtype(kOp, "query", query);
+    check_same_device(kOp, "ref", ref, "query", query);
+    TORCH_CHECK_TYPE(ref.scalar_type() == query.scalar_type(), "pcops.", kOp,
+                     ": argument 'ref' must have the dtype of 'query' (",
+                     c10::toString(query.scalar_type()), "), got ", describe(ref));
+    check_size(kOp, "ref", ref, 0, query.size(0), "the batch size B of 'query'");
+    check_radius(kOp, "radius", radius);
+    check_positive(kOp, "nsample", nsample);
+    BallQueryCall c;
+    c.B = query.size(0);
+    c.M = query.size(1);
+    c.N = ref.size(1);
+    c.nsample = nsample;
+    c.radius2 = radius * radius;
+    c.query_lengths = check_lengths(kOp, "query_lengths", query_lengths, c.B, c.M, query);
+    c.ref_lengths = check_lengths(kOp, "ref_lengths", ref_lengths, c.B, c.N, query);
+    c.query = to_compute_dtype(query);
+    c.ref = to_compute_dtype(ref);
+    c.idx = at::empty({c.B, c.M, nsample}, query.options().dtype(at::kLong));
+    c.count = at::empty({c.B, c.M}, query.options().dtype(at::kLong));
+    return c;
+}
+
+const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
+    return t ? t->data_ptr<int64_t>() : nullptr;
+}
+
+std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query, const at::Tensor& ref,
+                                                  double radius, int64_t nsample,
+                                                  const std::optional<at::Tensor>& query_lengths,
+                                                  const std::optional<at::Tensor>& ref_lengths) {
+    BallQueryCall c = prepare(query, ref, radius, nsample, query_lengths, ref_lengths);
+    check_status(kOp, pcops_ball_query_cpu(to_pcops_dtype(c.query.scalar_type()),
+                                           c.query.data_ptr(), c.ref.data_ptr(),
+                                           ptr_or_null(c.query_lengths),
+                                           ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.radius2,
+                                           c.nsample, c.idx.data_ptr<int64_t>(),
+                                           c.count.data_ptr<int64_t>()));
+    return {c.idx, c.count};
+}
+
+#ifdef PCOPS_WITH_CUDA
+std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, const at::Tensor& ref,
+                                                   double radius, int64_t nsample,
+                                                   const std::optional<at::Tensor>& query_lengths,
+                                                   const std::optional<at::Tensor>& ref_lengths) {
+    check_cuda_tensor(kOp, "query", query);
+    c10::cuda::CUDAGuard guard(query.device());
+    BallQueryCall c = prepare(query, ref, radius, nsample, query_lengths, ref_lengths);
+    check_cuda(kOp, pcops_ball_query_cuda(to_pcops_dtype(c.query.scalar_type()),
+                                          c.query.data_ptr(), c.ref.data_ptr(),
+                                          ptr_or_null(c.query_lengths),
+                                          ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.radius2,
+                                          c.nsample, c.idx.data_ptr<int64_t>(),
+                                          c.count.data_ptr<int64_t>(),
+                                          at::cuda::getCurrentCUDAStream()));
+    return {c.idx, c.count};
+}
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("ball_query", &ball_query_cpu); }
+
+#ifdef PCOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("ball_query", &ball_query_cuda); }
+#endif
+
+}  // namespace pcops

@@ -1,0 +1,98 @@
+// knn.cpp -- binding of knn: checks, allocation, dispatch to kernels/knn.*.
+#include <torch/library.h>
+
+#include <climits>
+
+#include "utils.h"
+
+namespace pcops {
+namespace {
+
+constexpr const char* kOp = "knn";
+
+// Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
+struct KnnCall {
+    at::Tensor query;  // [B,M,3], float32 or float64 (half types upcast)
+    at::Tensor ref;    // [B,N,3], same dtype as query
+    std::optional<at::Tensor> query_lengths;
+    std::optional<at::Tensor> ref_lengths;
+    at::Tensor dist2;  // [B,M,k], in the compute dtype
+    at::Tensor idx;    // [B,M,k] int64
+    int64_t B, M, N, k;
+};
+
+KnnCall prepare(const at::Tensor& query, const at::Tensor& ref, int64_t k,
+                const std::optional<at::Tensor>& query_lengths,
+                const std::optional<at::Tensor>& ref_lengths) {
+    check_float_tensor(kOp, "query", query, 3, 3, "[B, M, 3]");
+    check_float_tensor(kOp, "ref", ref, 3, 3, "[B, N, 3]");
+    check_same_device(kOp, "ref", ref, "query", query);
+    TORCH_CHECK_TYPE(ref.scalar_type() == query.scalar_type(), "pcops.", kOp,
+                     ": argument 'ref' must have the dtype of 'query' (",
+                     c10::toString(query.scalar_type()), "), got ", describe(ref));
+    check_size(kOp, "ref", ref, 0, query.size(0), "the batch size B of 'query'");
+    check_positive(kOp, "k", k);
+    KnnCall c;
+    c.B = query.size(0);
+    c.M = query.size(1);
+    c.N = ref.size(1);
+    c.k = k;
+    c.query_lengths = check_lengths(kOp, "query_lengths", query_lengths, c.B, c.M, query, "M");
+    c.ref_lengths = check_lengths(kOp, "ref_lengths", ref_lengths, c.B, c.N, query);
+    c.query = to_compute_dtype(query);
+    c.ref = to_compute_dtype(ref);
+    c.dist2 = at::empty({c.B, c.M, k}, c.query.options());
+    c.idx = at::empty({c.B, c.M, k}, query.options().dtype(at::kLong));
+    return c;
+}
+
+const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
+    return t ? t->data_ptr<int64_t>() : nullptr;
+}
+
+std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Tensor& ref,
+                                           int64_t k,
+                                           const std::optional<at::Tensor>& query_lengths,
+                                           const std::optional<at::Tensor>& ref_lengths) {
+    KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
+    pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    check_status(kOp, pcops_knn_cpu(dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                                    ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths),
+                                    c.B, c.M, c.N, c.k, c.dist2.data_ptr(),
+                                    c.idx.data_ptr<int64_t>()));
+    return {c.dist2.to(query.scalar_type()), c.idx};
+}
+
+#ifdef PCOPS_WITH_CUDA
+std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::Tensor& ref,
+                                            int64_t k,
+                                            const std::optional<at::Tensor>& query_lengths,
+                                            const std::optional<at::Tensor>& ref_lengths) {
+    check_cuda_tensor(kOp, "query", query);
+    c10::cuda::CUDAGuard guard(query.device());
+    KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
+    // Indices inside a cloud are 32-bit on the GPU.
+    TORCH_CHECK_VALUE(c.M <= INT_MAX && c.N <= INT_MAX && c.k <= INT_MAX, "pcops.", kOp,
+                      ": on CUDA, M, N and k must be at most 2**31 - 1, got M = ", c.M,
+                      ", N = ", c.N, ", k = ", c.k);
+    pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    at::Tensor workspace = at::empty(
+        {(int64_t)pcops_knn_cuda_workspace_bytes(dtype, c.B, c.M, c.N, c.k)},
+        c.query.options().dtype(at::kByte));
+    check_cuda(kOp, pcops_knn_cuda(dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                                   ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B,
+                                   c.M, c.N, c.k, workspace.data_ptr(), c.dist2.data_ptr(),
+                                   c.idx.data_ptr<int64_t>(), at::cuda::getCurrentCUDAStream()));
+    return {c.dist2.to(query.scalar_type()), c.idx};
+}
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("knn", &knn_cpu); }
+
+#ifdef PCOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("knn", &knn_cuda); }
+#endif
+
+}  // namespace pcops

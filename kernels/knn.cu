@@ -1,0 +1,641 @@
+/*
+ * knn.cu -- k nearest neighbours on CUDA.
+ *
+ * B = batch, M = queries per cloud, N = reference points per cloud, K = neighbours (k at run
+ * time), Lq / L = valid queries / refs of a cloud (lengths clamped to [0, M] / [0, N]),
+ * S = splits of the refs. query[B,M,3], ref[B,N,3] -> dist2[B,M,K], idx[B,M,K] (int64).
+ *
+ * Same selection as kernels/knn.c, bit for bit: the squared distance is (dx*dx + dy*dy) + dz*dz
+ * with explicitly rounded operations (no contraction whatever the flags), refs are visited in
+ * index order and taken only when strictly below the current K-th distance, so the result is
+ * exactly the K smallest keys (dist2, idx) among the valid refs with a distance below +inf,
+ * sorted; the CPU and CUDA return the same indices.
+ *
+ * Work distribution: one thread owns one query. The block's threads stage the refs of their
+ * cloud through shared memory, TILE points at a time, and every thread scans each tile (all
+ * lanes read the same point: a broadcast). Two selection structures:
+ *  - knn_registers_kernel<T, K> for k <= K (K a bucket: 1, 4, 8, 16, 32, 64): the best K
+ *    (dist2, idx) pairs live in registers, sorted; insertion is fully unrolled so the arrays
+ *    are indexed by compile-time constants only. A runtime k < K is handled by filling the
+ *    first K - k slots with -inf: they never move, and the K-th slot is always the threshold.
+ *    When there are too few queries to fill the GPU, the refs are split into S ranges; each
+ *    (query, range) thread writes a sorted partial list to the workspace [B,S,M,k], and
+ *    knn_merge_kernel<T, K> feeds the S lists, in range order, through the same insertion
+ *    (ties still go to the lower index, since range s holds lower indices than range s + 1).
+ *    The result does not depend on S.
+ *  - knn_heap_kernel<T, SHARED> for larger k (no cap): a max-heap on the key (dist2, idx) per
+ *    thread (float32: packed into one 64-bit integer, as on the CPU), in shared memory when it
+ *    fits (interleaved by thread), else in the thread's own output rows in global memory;
+ *    sorted in place (heapsort) at the end. Slower, correct.
+ * Every path returns the same result; PCOPS_KNN_VARIANT=heap (read at each call; for
+ * benchmarks/bench_knn.py) sends every k to the heap kernel, so that the two can be timed
+ * against each other on the same sizes.
+ */
+#include <atomic>
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "common.h"
+#include "pcops.h"
+
+namespace {
+
+constexpr int kTile = 128;        // refs per shared-memory tile
+constexpr int kThreads = 128;     // most threads (queries) per block
+constexpr int kHeapThreads = 32;  // threads per block of the heap kernel
+
+// The largest register bucket per dtype (beyond it the lists would spill to local memory).
+template <typename T>
+struct MaxRegisterK;
+template <>
+struct MaxRegisterK<float> {
+    static constexpr int value = 64;
+};
+template <>
+struct MaxRegisterK<double> {
+    static constexpr int value = 64;
+};
+
+template <typename T>
+struct alignas(4 * sizeof(T)) Point4 {
+    T x, y, z, w;
+};
+
+// (q - r) . (q - r) evaluated as (dx*dx + dy*dy) + dz*dz with round-to-nearest operations that
+// the compiler may not contract into FMAs: the CPU (-ffp-contract=off) computes the same bits.
+__device__ __forceinline__ float squared_distance(float qx, float qy, float qz, const Point4<float>& r) {
+    const float dx = __fsub_rn(qx, r.x), dy = __fsub_rn(qy, r.y), dz = __fsub_rn(qz, r.z);
+    return __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
+}
+
+__device__ __forceinline__ double squared_distance(double qx, double qy, double qz,
+                                                   const Point4<double>& r) {
+    const double dx = __dsub_rn(qx, r.x), dy = __dsub_rn(qy, r.y), dz = __dsub_rn(qz, r.z);
+    return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
+}
+
+// The sorted list of one thread in registers: d[0] <= d[1] <= ... <= d[K-1], ties in index
+// order. The first K - k slots hold -inf and never move; d[K-1] is the k-th distance.
+template <typename T, int K>
+struct RegisterList {
+    T d[K];
+    int i[K];
+
+    __device__ __forceinline__ void init(int k) {
+#pragma unroll
+        for (int s = 0; s < K; ++s) {
+            d[s] = s < K - k ? T(-INFINITY) : T(INFINITY);
+            i[s] = -1;
+        }
+    }
+
+    __device__ __forceinline__ T threshold() const { return d[K - 1]; }
+
+    // Inserts (dist, n) given dist < d[K-1]; n is above every index in the list, so it goes
+    // after the entries of equal distance. Slot s takes slot s-1's entry if that one is larger
+    // than dist, else dist itself if slot s's own entry is larger, else keeps its entry.
+    __device__ __forceinline__ void insert(T dist, int n) {
+#pragma unroll
+        for (int s = K - 1; s > 0; --s) {
+            const bool shift = d[s - 1] > dist;
+            const bool here = d[s] > dist;
+            d[s] = shift ? d[s - 1] : (here ? dist : d[s]);
+            i[s] = shift ? i[s - 1] : (here ? n : i[s]);
+        }
+        const bool here = d[0] > dist;
+        d[0] = here ? dist : d[0];
+        i[0] = here ? n : i[0];
+    }
+
+    // Writes the k real entries (slots K-k .. K-1) to out_d[0, k), out_i[0, k).
+    template <typename I>
+    __device__ __forceinline__ void write(T* out_d, I* out_i, int k) const {
+#pragma unroll
+        for (int s = 0; s < K; ++s) {
+            if (s >= K - k) {
+                out_d[s - (K - k)] = d[s];
+                out_i[s - (K - k)] = I(i[s]);
+            }
+        }
+    }
+};
+
+// Plain-data arguments of the kernels.
+struct KnnParams {
+    const int64_t* query_lengths;
+    const int64_t* ref_lengths;
+    int64_t M, N;
+    int k;
+    int splits;           // S: ref ranges per query (1: no split)
+    int64_t split_len;    // refs per range
+    int64_t query_blocks; // blocks per (cloud, range)
+};
+
+// Stages refs [t0, t0 + n) of a cloud into the shared tile (n <= kTile). Every thread of the
+// block calls it; the barriers around make the tile safe to overwrite and then to read.
+template <typename T>
+__device__ __forceinline__ void load_tile(Point4<T>* tile, const T* __restrict__ cloud,
+                                          int64_t t0, int n) {
+    __syncthreads();  // everyone is done with the previous tile
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const T* p = cloud + (t0 + j) * 3;
+        tile[j] = Point4<T>{p[0], p[1], p[2], T(0)};
+    }
+    __syncthreads();
+}
+
+// ------------------------------------------------------------------------------------------
+// CUDA kernels
+
+// Grid: B * S * query_blocks blocks of blockDim.x threads; block -> (b, s, query block).
+template <typename T, int K>
+__global__ void __launch_bounds__(kThreads)
+knn_registers_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParams p,
+                     T* __restrict__ out_d, int64_t* __restrict__ out_i,
+                     T* __restrict__ part_d, int* __restrict__ part_i) {
+    __shared__ Point4<T> tile[kTile];
+
+    const int64_t qb = blockIdx.x % p.query_blocks;
+    const int64_t rest = blockIdx.x / p.query_blocks;
+    const int64_t s = rest % p.splits;
+    const int64_t b = rest / p.splits;
+    const int64_t m0 = qb * blockDim.x;  // the block's first query
+    const int64_t m = m0 + threadIdx.x;
+    const int64_t Lq = pcops_valid_length(p.query_lengths, b, p.M);
+    const int64_t L = pcops_valid_length(p.ref_lengths, b, p.N);
+    const int64_t n0 = s * p.split_len;
+    const int64_t n1 = n0 + p.split_len < L ? n0 + p.split_len : L;
+    const bool active = m < Lq;
+
+    T qx = T(0), qy = T(0), qz = T(0);
+    if (active) {
+        const T* q = query + (b * p.M + m) * 3;
+        qx = q[0];
+        qy = q[1];
+        qz = q[2];
+    }
+    RegisterList<T, K> list;
+    list.init(p.k);
+    if (m0 < Lq) {  // uniform over the block: some thread has a valid query
+        const T* cloud = ref + b * p.N * 3;
+        for (int64_t t0 = n0; t0 < n1; t0 += kTile) {
+            const int n = n1 - t0 < kTile ? (int)(n1 - t0) : kTile;
+            load_tile(tile, cloud, t0, n);
+            if (active) {
+#pragma unroll 2
+                for (int j = 0; j < n; ++j) {
+                    const T d = squared_distance(qx, qy, qz, tile[j]);
+                    if (d < list.threshold()) list.insert(d, (int)(t0 + j));
+                }
+            }
+        }
+    }
+    if (m < p.M) {
+        if (p.splits == 1) {
+            const int64_t row = (b * p.M + m) * p.k;
+            list.write(out_d + row, out_i + row, p.k);
+        } else {
+            const int64_t row = ((b * p.splits + s) * p.M + m) * p.k;
+            list.write(part_d + row, part_i + row, p.k);
+        }
+    }
+}
+
+// One thread per query (B * M threads): merges the S sorted partial lists of the query.
+template <typename T, int K>
+__global__ void __launch_bounds__(kThreads)
+knn_merge_kernel(KnnParams p, int64_t B, const T* __restrict__ part_d,
+                 const int* __restrict__ part_i, T* __restrict__ out_d,
+                 int64_t* __restrict__ out_i) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= B * p.M) return;
+    const int64_t b = t / p.M;
+    const int64_t m = t % p.M;
+    RegisterList<T, K> list;
+    list.init(p.k);
+    if (m < pcops_valid_length(p.query_lengths, b, p.M)) {
+        for (int s = 0; s < p.splits; ++s) {
+            const int64_t row = ((b * p.splits + s) * p.M + m) * p.k;
+            for (int j = 0; j < p.k; ++j) {
+                const T d = part_d[row + j];
+                if (!(d < list.threshold())) break;  // the rest of this sorted list is no better
+                list.insert(d, part_i[row + j]);
+            }
+        }
+    }
+    const int64_t row = t * p.k;
+    list.write(out_d + row, out_i + row, p.k);
+}
+
+// Heap entries. float32 packs an entry into one 64-bit key, (dist2 bits << 32) | idx: heap
+// distances are >= +0 and finite, and such floats order like their bit patterns, so the
+// integer order of the keys is the (dist2, idx) order -- one 8-byte load and one integer
+// compare per node (as on the CPU). float64 keeps the pair, in two arrays.
+struct PackedKey {
+    uint64_t key;
+
+    __device__ __forceinline__ static PackedKey make(float d, int64_t n) {
+        return {(uint64_t)__float_as_uint(d) << 32 | (uint64_t)(uint32_t)n};
+    }
+    __device__ __forceinline__ float dist() const { return __uint_as_float((unsigned)(key >> 32)); }
+    __device__ __forceinline__ int64_t index() const { return (int64_t)(key & 0xffffffffull); }
+    __device__ __forceinline__ bool operator>(const PackedKey& o) const { return key > o.key; }
+};
+
+template <typename T>
+struct PairKey {
+    T d;
+    int64_t i;
+
+    __device__ __forceinline__ static PairKey make(T d, int64_t n) { return {d, n}; }
+    __device__ __forceinline__ T dist() const { return d; }
+    __device__ __forceinline__ int64_t index() const { return i; }
+    __device__ __forceinline__ bool operator>(const PairKey& o) const {
+        return d > o.d || (d == o.d && i > o.i);
+    }
+};
+
+// Where entry j of a heap lives: keys[j * stride] (packed), or d[j * stride], i[j * stride].
+struct PackedStore {
+    using Key = PackedKey;
+    uint64_t* keys;
+    int64_t stride;
+
+    __device__ __forceinline__ Key load(int64_t j) const { return {keys[j * stride]}; }
+    __device__ __forceinline__ void store(int64_t j, Key k) const { keys[j * stride] = k.key; }
+};
+
+template <typename T, typename I>
+struct PairStore {
+    using Key = PairKey<T>;
+    T* d;
+    I* i;
+    int64_t stride;
+
+    __device__ __forceinline__ Key load(int64_t j) const { return {d[j * stride], (int64_t)i[j * stride]}; }
+    __device__ __forceinline__ void store(int64_t j, Key k) const {
+        d[j * stride] = k.d;
+        i[j * stride] = (I)k.i;
+    }
+};
+
+// A max-heap of keys in a store (the same algorithm as kernels/knn_cpu.inc).
+template <typename Store>
+struct Heap {
+    using Key = typename Store::Key;
+    Store s;
+
+    // Adds `key` as entry `count` and sifts it up.
+    __device__ void push(int64_t count, Key key) const {
+        int64_t j = count;
+        while (j > 0) {
+            const int64_t parent = (j - 1) / 2;
+            const Key p = s.load(parent);
+            if (!(key > p)) break;
+            s.store(j, p);
+            j = parent;
+        }
+        s.store(j, key);
+    }
+
+    // Puts `key` into the hole at entry j of a heap of `count` entries and sifts it down.
+    __device__ void sift_down(int64_t count, int64_t j, Key key) const {
+        for (;;) {
+            int64_t c = 2 * j + 1;
+            if (c >= count) break;
+            Key kc = s.load(c);
+            if (c + 1 < count) {
+                const Key kr = s.load(c + 1);
+                if (kr > kc) {
+                    ++c;
+                    kc = kr;
+                }
+            }
+            if (!(kc > key)) break;
+            s.store(j, kc);
+            j = c;
+        }
+        s.store(j, key);
+    }
+
+    // Heapsort: entries [0, count) become ascending by key.
+    __device__ void sort(int64_t count) const {
+        for (int64_t end = count - 1; end > 0; --end) {
+            const Key last = s.load(end);
+            s.store(end, s.load(0));
+            sift_down(end, 0, last);
+        }
+    }
+};
+
+// The heap store of one thread, per dtype: in dynamic shared memory after the tile (heap_cap
+// entries per thread, interleaved: entry j of thread t at j * blockDim.x + t, so each thread
+// stays in its own bank), or in the thread's output rows (float32: the idx row holds the
+// packed keys, unpacked at the end; float64: the two rows).
+template <typename T>
+struct HeapTraits;
+template <>
+struct HeapTraits<float> {
+    using SharedStore = PackedStore;
+    using GlobalStore = PackedStore;
+    static constexpr size_t shared_entry_bytes = sizeof(uint64_t);
+    __device__ static SharedStore shared(unsigned char* smem, int64_t) {
+        return {reinterpret_cast<uint64_t*>(smem) + threadIdx.x, (int64_t)blockDim.x};
+    }
+    __device__ static GlobalStore global(float*, int64_t* out_i, int64_t row) {
+        return {reinterpret_cast<uint64_t*>(out_i + row), 1};
+    }
+};
+template <>
+struct HeapTraits<double> {
+    using SharedStore = PairStore<double, int>;
+    using GlobalStore = PairStore<double, int64_t>;
+    static constexpr size_t shared_entry_bytes = sizeof(double) + sizeof(int);
+    __device__ static SharedStore shared(unsigned char* smem, int64_t heap_cap) {
+        double* d = reinterpret_cast<double*>(smem);
+        int* i = reinterpret_cast<int*>(d + heap_cap * blockDim.x);
+        return {d + threadIdx.x, i + threadIdx.x, (int64_t)blockDim.x};
+    }
+    __device__ static GlobalStore global(double* out_d, int64_t* out_i, int64_t row) {
+        return {out_d + row, out_i + row, 1};
+    }
+};
+
+// Grid: B * query_blocks blocks of blockDim.x <= kThreads threads. Dynamic shared memory: the
+// tile, then (SHARED) the heaps, heap_cap entries per thread.
+template <typename T, bool SHARED>
+__global__ void __launch_bounds__(kThreads)
+knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParams p,
+                int64_t heap_cap, T* __restrict__ out_d, int64_t* __restrict__ out_i) {
+    extern __shared__ __align__(32) unsigned char smem[];
+    Point4<T>* tile = reinterpret_cast<Point4<T>*>(smem);
+
+    const int64_t qb = blockIdx.x % p.query_blocks;
+    const int64_t b = blockIdx.x / p.query_blocks;
+    const int64_t m0 = qb * blockDim.x;
+    const int64_t m = m0 + threadIdx.x;
+    const int64_t Lq = pcops_valid_length(p.query_lengths, b, p.M);
+    const int64_t L = pcops_valid_length(p.ref_lengths, b, p.N);
+    const bool active = m < Lq;
+    const int64_t cap = p.k < L ? p.k : L;  // entries the heap can ever hold
+    const int64_t row = (b * p.M + (m < p.M ? m : 0)) * p.k;
+
+    using Traits = HeapTraits<T>;
+    using Store = typename std::conditional<SHARED, typename Traits::SharedStore,
+                                            typename Traits::GlobalStore>::type;
+    using Key = typename Store::Key;
+    Store store;
+    if constexpr (SHARED)
+        store = Traits::shared(smem + kTile * sizeof(Point4<T>), heap_cap);
+    else
+        store = Traits::global(out_d, out_i, row);
+    const Heap<Store> heap{store};
+
+    T qx = T(0), qy = T(0), qz = T(0);
+    if (active) {
+        const T* q = query + (b * p.M + m) * 3;
+        qx = q[0];
+        qy = q[1];
+        qz = q[2];
+    }
+    int64_t count = 0;
+    T thr = T(INFINITY);
+    if (m0 < Lq && cap > 0) {  // uniform over the block
+        const T* cloud = ref + b * p.N * 3;
+        for (int64_t t0 = 0; t0 < L; t0 += kTile) {
+            const int n = L - t0 < kTile ? (int)(L - t0) : kTile;
+            load_tile(tile, cloud, t0, n);
+            if (active) {
+                for (int j = 0; j < n; ++j) {
+                    const T d = squared_distance(qx, qy, qz, tile[j]);
+                    if (d < thr) {
+                        const Key key = Key::make(d, t0 + j);
+                        if (count < cap) {
+                            heap.push(count, key);
+                            if (++count == cap) thr = heap.s.load(0).dist();
+                        } else {
+                            heap.sift_down(cap, 0, key);
+                            thr = heap.s.load(0).dist();
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (m >= p.M) return;
+    heap.sort(count);
+    // Entries [0, count) in order, then empty slots. In the global float32 store the keys sit
+    // in the idx row itself: entry j is read before slot j is overwritten.
+    for (int64_t j = 0; j < count; ++j) {
+        const Key key = heap.s.load(j);
+        out_d[row + j] = key.dist();
+        out_i[row + j] = key.index();
+    }
+    for (int64_t j = count; j < p.k; ++j) {
+        out_d[row + j] = T(INFINITY);
+        out_i[row + j] = -1;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// kernel launchers
+
+// The device the launch will run on: its SM count and shared-memory limit per block.
+struct DeviceInfo {
+    int device = 0;
+    int sms = 1;
+    int smem_optin = 48 * 1024;
+};
+
+cudaError_t device_info(DeviceInfo* info) {
+    cudaError_t err = cudaGetDevice(&info->device);
+    if (err != cudaSuccess) return err;
+    const int dev = info->device;
+    err = cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+    return cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                  dev);
+}
+
+// Benchmarks only: PCOPS_KNN_VARIANT=heap takes the heap kernel for every k.
+bool heap_forced() {
+    const char* v = std::getenv("PCOPS_KNN_VARIANT");
+    return v != nullptr && std::strcmp(v, "heap") == 0;
+}
+
+int register_bucket(int64_t k) {
+    return k <= 1 ? 1 : k <= 4 ? 4 : k <= 8 ? 8 : k <= 16 ? 16 : k <= 32 ? 32 : 64;
+}
+
+// Threads per block for a cloud of M queries: a multiple of 32, at most kThreads.
+int threads_for(int64_t M) {
+    const int64_t t = (M + 31) / 32 * 32;
+    return (int)(t < 32 ? 32 : t > kThreads ? kThreads : t);
+}
+
+// Ref ranges per query: enough (query, range) threads to fill the GPU when there are few
+// queries, each range at least max(kMinSplitLen, 8 k) refs long, so that scanning a range
+// stays the larger part of the work (a merge inserts up to k entries per range).
+constexpr int64_t kMinSplitLen = 256;
+constexpr int64_t kMaxSplits = 64;
+
+int64_t choose_splits(int64_t B, int64_t M, int64_t N, int64_t K, int sms) {
+    const int64_t target_threads = (int64_t)sms * 1024;
+    const int64_t queries = B * M;
+    if (queries <= 0 || queries >= target_threads / 2) return 1;
+    int64_t s = (target_threads + queries - 1) / queries;
+    const int64_t by_len = N / (8 * K > kMinSplitLen ? 8 * K : kMinSplitLen);
+    if (s > by_len) s = by_len;
+    if (s > kMaxSplits) s = kMaxSplits;
+    return s < 1 ? 1 : s;
+}
+
+template <typename T>
+size_t workspace_bytes(int64_t B, int64_t M, int64_t N, int64_t K, const DeviceInfo& info) {
+    if (B <= 0 || M <= 0 || K < 1 || K > MaxRegisterK<T>::value || heap_forced()) return 0;
+    const int64_t S = choose_splits(B, M, N, K, info.sms);
+    if (S == 1) return 0;
+    // part_d [B,S,M,K] T, then part_i [B,S,M,K] int (T is 4 or 8 bytes: int stays aligned)
+    return (size_t)(B * S * M * K) * (sizeof(T) + sizeof(int));
+}
+
+template <typename T, int K>
+cudaError_t launch_registers(const T* query, const T* ref, KnnParams p, int64_t B,
+                             void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
+    const int threads = threads_for(p.M);
+    p.query_blocks = (p.M + threads - 1) / threads;
+    const int64_t blocks = B * p.splits * p.query_blocks;
+    if (blocks > INT_MAX) return cudaErrorInvalidValue;
+    T* part_d = nullptr;
+    int* part_i = nullptr;
+    if (p.splits > 1) {
+        part_d = static_cast<T*>(workspace);
+        part_i = reinterpret_cast<int*>(part_d + B * p.splits * p.M * p.k);
+    }
+    knn_registers_kernel<T, K><<<(unsigned)blocks, threads, 0, stream>>>(query, ref, p, dist2,
+                                                                          idx, part_d, part_i);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess || p.splits == 1) return err;
+    const int64_t merge_blocks = (B * p.M + kThreads - 1) / kThreads;
+    if (merge_blocks > INT_MAX) return cudaErrorInvalidValue;
+    knn_merge_kernel<T, K><<<(unsigned)merge_blocks, kThreads, 0, stream>>>(p, B, part_d, part_i,
+                                                                            dist2, idx);
+    return cudaGetLastError();
+}
+
+// Lets knn_heap_kernel<T, true> use up to `bytes` of dynamic shared memory (half the opt-in
+// limit: the most launch_heap ever asks for), once per device and process: the attribute is
+// set by the first large-k call (typically a warm-up), not again in later calls (a CUDA graph
+// capture, concurrent calls from several threads).
+template <typename T>
+cudaError_t allow_shared_heaps(int device, int bytes) {
+    constexpr int kMaxDevices = 64;
+    static std::atomic<int> allowed[kMaxDevices];  // bytes allowed so far; zero-initialised
+    if (device >= 0 && device < kMaxDevices && allowed[device].load() >= bytes) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(
+        knn_heap_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err == cudaSuccess && device >= 0 && device < kMaxDevices) allowed[device].store(bytes);
+    return err;
+}
+
+template <typename T>
+cudaError_t launch_heap(const T* query, const T* ref, KnnParams p, int64_t B,
+                        const DeviceInfo& info, T* dist2, int64_t* idx, cudaStream_t stream) {
+    const int threads = kHeapThreads;
+    p.query_blocks = (p.M + threads - 1) / threads;
+    const int64_t blocks = B * p.query_blocks;
+    if (blocks > INT_MAX) return cudaErrorInvalidValue;
+    const int64_t cap = p.k < p.N ? p.k : p.N;
+    const size_t tile_bytes = kTile * sizeof(Point4<T>);
+    const size_t heap_bytes = (size_t)cap * threads * HeapTraits<T>::shared_entry_bytes;
+    // Shared heaps while at least two blocks fit on an SM; the output rows beyond that.
+    const size_t shared_bytes = tile_bytes + heap_bytes;
+    if (cap <= INT_MAX / threads && shared_bytes <= (size_t)info.smem_optin / 2) {
+        if (shared_bytes > 48 * 1024) {
+            const cudaError_t err = allow_shared_heaps<T>(info.device, info.smem_optin / 2);
+            if (err != cudaSuccess) return err;
+        }
+        knn_heap_kernel<T, true><<<(unsigned)blocks, threads, shared_bytes, stream>>>(
+            query, ref, p, cap, dist2, idx);
+    } else {
+        knn_heap_kernel<T, false><<<(unsigned)blocks, threads, tile_bytes, stream>>>(
+            query, ref, p, 0, dist2, idx);
+    }
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_knn(const T* query, const T* ref, const int64_t* query_lengths,
+                       const int64_t* ref_lengths, int64_t B, int64_t M, int64_t N, int64_t K,
+                       void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
+    DeviceInfo info;
+    cudaError_t err = device_info(&info);
+    if (err != cudaSuccess) return err;
+    KnnParams p{};
+    p.query_lengths = query_lengths;
+    p.ref_lengths = ref_lengths;
+    p.M = M;
+    p.N = N;
+    p.k = (int)K;
+    if (K > MaxRegisterK<T>::value || heap_forced()) {
+        p.splits = 1;
+        p.split_len = N;
+        return launch_heap(query, ref, p, B, info, dist2, idx, stream);
+    }
+    p.splits = (int)choose_splits(B, M, N, K, info.sms);
+    p.split_len = (N + p.splits - 1) / p.splits;
+    if (p.splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+    switch (register_bucket(K)) {
+        case 1: return launch_registers<T, 1>(query, ref, p, B, workspace, dist2, idx, stream);
+        case 4: return launch_registers<T, 4>(query, ref, p, B, workspace, dist2, idx, stream);
+        case 8: return launch_registers<T, 8>(query, ref, p, B, workspace, dist2, idx, stream);
+        case 16: return launch_registers<T, 16>(query, ref, p, B, workspace, dist2, idx, stream);
+        case 32: return launch_registers<T, 32>(query, ref, p, B, workspace, dist2, idx, stream);
+        default: return launch_registers<T, 64>(query, ref, p, B, workspace, dist2, idx, stream);
+    }
+}
+
+}  // namespace
+
+extern "C" size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M,
+                                                 int64_t N, int64_t K) {
+    DeviceInfo info;
+    if (device_info(&info) != cudaSuccess) return 0;
+    switch (dtype) {
+        case PCOPS_FLOAT32: return workspace_bytes<float>(B, M, N, K, info);
+        case PCOPS_FLOAT64: return workspace_bytes<double>(B, M, N, K, info);
+        default: return 0;
+    }
+}
+
+extern "C" cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                                      const int64_t* query_lengths, const int64_t* ref_lengths,
+                                      int64_t B, int64_t M, int64_t N, int64_t K,
+                                      void* workspace, void* dist2, int64_t* idx,
+                                      cudaStream_t stream) {
+    // Indices inside a cloud are int; k is an int.
+    if (B < 0 || M < 0 || N < 0 || K < 1 || M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return cudaErrorInvalidValue;
+    if (B == 0 || M == 0) return cudaSuccess;
+    cudaError_t err;
+    switch (dtype) {
+        case PCOPS_FLOAT32:
+            err = launch_knn((const float*)query, (const float*)ref, query_lengths, ref_lengths,
+                             B, M, N, K, workspace, (float*)dist2, idx, stream);
+            break;
+        case PCOPS_FLOAT64:
+            err = launch_knn((const double*)query, (const double*)ref, query_lengths,
+                             ref_lengths, B, M, N, K, workspace, (double*)dist2, idx, stream);
+            break;
+        default:
+            return cudaErrorInvalidValue;
+    }
+#ifdef PCOPS_DEBUG_SYNC
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+#endif
+    return err;
+}

@@ -1,0 +1,70 @@
+"""Ball query: wrapper and fake (meta) implementation."""
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+__all__ = ["ball_query"]
+
+
+def ball_query(
+    query: Tensor,
+    ref: Tensor,
+    radius: float,
+    nsample: int,
+    query_lengths: Optional[Tensor] = None,
+    ref_lengths: Optional[Tensor] = None,
+    *,
+    return_count: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """The first ``nsample`` reference points within ``radius`` of each query (PointNet++ ball
+    query, Qi et al. 2017).
+
+    For each query, the valid refs are scanned in index order and the first ``nsample`` with
+    squared distance ``< radius**2`` are kept (not the nearest ones: use ``pcops.knn`` for
+    that). Slots past the number found repeat the first neighbour, so ``pcops.group`` needs no
+    mask; a query with no neighbour (or past ``query_lengths[b]``) gets -1 in every slot, never
+    a valid-looking index 0. Points near the origin are neighbours like any other. CPU and CUDA
+    return the same indices.
+
+    Args:
+        query: ``[B, M, 3]`` centres, float32/float64/float16/bfloat16 (half types compute in
+            float32), on the CPU or CUDA; need not be contiguous.
+        ref: ``[B, N, 3]`` points, same dtype and device as ``query``.
+        radius: finite and ``> 0``. The test is ``d < radius**2`` with ``radius**2`` computed
+            in float64 and rounded once to the compute dtype.
+        nsample: neighbours per query ``>= 1``.
+        query_lengths: optional int64 ``[B]``: only the first ``query_lengths[b]`` queries of
+            cloud ``b`` are valid (the others get -1 and count 0).
+        ref_lengths: optional int64 ``[B]``: only the first ``ref_lengths[b]`` refs of cloud
+            ``b`` are searched (ragged batches).
+        return_count: also return the number of neighbours found.
+
+    Returns:
+        ``idx``: int64 ``[B, M, nsample]`` in ``[-1, N)``; with ``return_count=True`` the pair
+        ``(idx, count)`` where ``count`` is int64 ``[B, M]``, the number found capped at
+        ``nsample`` (``idx[b, m, :count]`` are the distinct neighbours).
+
+    Example:
+        >>> xyz = torch.rand(2, 1024, 3)
+        >>> centres = xyz[:, :128]
+        >>> idx, count = pcops.ball_query(centres, xyz, 0.2, 32, return_count=True)
+        >>> grouped = pcops.group(xyz, idx) - centres[:, :, None]   # [2, 128, 32, 3]
+    """
+    idx, count = torch.ops.pcops.ball_query.default(
+        query, ref, radius, nsample, query_lengths, ref_lengths
+    )
+    return (idx, count) if return_count else idx
+
+
+@torch.library.register_fake("pcops::ball_query")
+def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
+    torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
+    torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
+    torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref differ in B")
+    torch._check(nsample >= 1, lambda: "nsample must be >= 1")
+    B, M = query.shape[0], query.shape[1]
+    return (
+        query.new_empty((B, M, nsample), dtype=torch.long),
+        query.new_empty((B, M), dtype=torch.long),
+    )

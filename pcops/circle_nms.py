@@ -1,0 +1,153 @@
+"""Circle NMS: wrappers, fake (meta) implementations and autograd registrations."""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["circle_nms", "circle_nms_mask"]
+
+
+def circle_nms(
+    centers: Tensor,
+    scores: Tensor,
+    radius: float,
+    max_out: int = -1,
+    groups: Optional[Tensor] = None,
+) -> Tensor:
+    """Greedy circle NMS (CenterPoint's centre-distance NMS); returns the kept indices.
+
+    Visit the boxes by descending score (equal scores: lower index first, a stable sort); keep
+    a box unless an already kept box of the same group lies within ``radius`` of it, i.e. at
+    squared xy distance ``dx*dx + dy*dy < radius**2`` (z is ignored and the comparison is
+    strict). The distance is computed in float32 (float64 for float64 centres) with
+    ``radius**2`` rounded to that type; CPU and CUDA keep exactly the same boxes.
+
+    NaN scores rank above every number (``torch.sort``'s rule), so those boxes are visited
+    first: drop them beforehand (``scores.isnan()``) if that is not wanted. A centre with a NaN
+    coordinate is within the radius of nothing: it is kept and removes nothing.
+
+    Coming from CenterPoint / mmdetection3d (the numba ``circle_nms(dets, thresh)``): it
+    compares the *squared* distance with ``thresh`` using ``<=``, so its ``thresh`` (the
+    config's ``min_radius``) is a squared radius: pass ``radius=math.sqrt(thresh)``. The kept
+    boxes agree except for pairs at exactly that distance (apart here, merged there) and for
+    equal scores (its ``argsort()[::-1]`` visits ties in no fixed order). Its
+    ``post_max_size`` is ``max_out`` here, and per-class NMS is one call with ``groups``.
+
+    The number of kept boxes depends on the data, so on CUDA this synchronises with the host
+    once, to size the output. In a CUDA graph, or where the code must not synchronise, use
+    :func:`circle_nms_mask`. Under ``torch.compile`` the output has a data-dependent size.
+
+    Args:
+        centers: ``[N, 2]`` or ``[N, 3]`` box centres (for ``[N, 7]`` boxes pass
+            ``boxes[:, :2]``), float32/float64/float16/bfloat16 (half types compute in
+            float32), on the CPU or CUDA; need not be contiguous.
+        scores: ``[N]`` floating-point scores, on the device of ``centers``.
+        radius: the suppression radius, finite and ``> 0``, in the units of ``centers``.
+        max_out: when ``> 0``, return at most this many indices (the first ones in visiting
+            order: the highest scores); ``<= 0`` returns all.
+        groups: optional int64 ``[N]`` (class or scene ids, any values): boxes of different
+            groups never suppress each other. Without it all boxes form one group.
+
+    Returns:
+        int64 ``[K]``: the indices into ``centers`` of the kept boxes, in visiting order (by
+        descending score).
+
+    Memory: on CUDA the NMS builds a suppression bitmask of ``N * ceil(N / 64)`` 64-bit words
+    (about ``N**2 / 8`` bytes: 2 MB for 4096 boxes, 134 MB for 32768, 313 MB for 50000) and
+    scans it with one thread block on the GPU; at most 4194240 boxes. The CPU needs O(N).
+
+    Example:
+        >>> boxes = torch.rand(1000, 7) * 50            # x, y, z, l, w, h, yaw
+        >>> scores, labels = torch.rand(1000), torch.randint(0, 3, (1000,))
+        >>> keep = pcops.circle_nms(boxes[:, :2], scores, 2.0, max_out=83, groups=labels)
+        >>> len(keep) <= 83
+        True
+    """
+    return torch.ops.pcops.circle_nms.default(centers, scores, radius, max_out, groups)
+
+
+def circle_nms_mask(
+    centers: Tensor,
+    scores: Tensor,
+    radius: float,
+    groups: Optional[Tensor] = None,
+) -> Tensor:
+    """Greedy circle NMS as a mask over the boxes, with no host synchronisation.
+
+    The same NMS as :func:`circle_nms` (descending score, ties to the lower index, squared xy
+    distance ``< radius**2`` within a group, NaN scores first; see there, also for the mapping
+    from CenterPoint's ``thresh``), returned as a mask in the original box order. Everything,
+    the sort of the scores included, runs on the device, so the op can be captured in a CUDA
+    graph and compiles with ``torch.compile(fullgraph=True)``. There is no ``max_out``: the
+    True entries taken by descending score are :func:`circle_nms`'s output.
+
+    Args:
+        centers: ``[N, 2]`` or ``[N, 3]`` box centres, float32/float64/float16/bfloat16, on
+            the CPU or CUDA; need not be contiguous.
+        scores: ``[N]`` floating-point scores, on the device of ``centers``.
+        radius: the suppression radius, finite and ``> 0``.
+        groups: optional int64 ``[N]`` group ids: boxes of different groups never suppress
+            each other.
+
+    Returns:
+        bool ``[N]``: True where the box is kept.
+
+    Memory: as :func:`circle_nms` (about ``N**2 / 8`` bytes of workspace on CUDA).
+
+    Example:
+        >>> centers, scores = torch.rand(4096, 3) * 50, torch.rand(4096)
+        >>> keep = pcops.circle_nms_mask(centers, scores, 1.0)          # [4096] bool
+        >>> kept_scores = torch.where(keep, scores, 0.0)               # fixed shapes throughout
+    """
+    return torch.ops.pcops.circle_nms_mask.default(centers, scores, radius, groups)
+
+
+def _check_fake_args(centers, scores, groups):
+    torch._check(
+        centers.dim() == 2 and centers.shape[1] in (2, 3),
+        lambda: f"centers must be [N, 2] or [N, 3], got {tuple(centers.shape)}",
+    )
+    torch._check(
+        scores.dim() == 1 and scores.shape[0] == centers.shape[0],
+        lambda: f"scores must be [N], got {tuple(scores.shape)}",
+    )
+    if groups is not None:
+        torch._check(
+            groups.dim() == 1 and groups.shape[0] == centers.shape[0],
+            lambda: f"groups must be [N], got {tuple(groups.shape)}",
+        )
+
+
+@torch.library.register_fake("pcops::circle_nms")
+def _circle_nms_fake(centers, scores, radius, max_out=-1, groups=None):
+    _check_fake_args(centers, scores, groups)
+    K = torch.library.get_ctx().new_dynamic_size()
+    return centers.new_empty((K,), dtype=torch.long)
+
+
+@torch.library.register_fake("pcops::circle_nms_mask")
+def _circle_nms_mask_fake(centers, scores, radius, groups=None):
+    _check_fake_args(centers, scores, groups)
+    return centers.new_empty((centers.shape[0],), dtype=torch.bool)
+
+
+# Index and mask outputs: nothing to differentiate, but registering says so, which lets the ops
+# take inputs that require grad (the outputs come back non-differentiable).
+def _setup_context(ctx, inputs, output):
+    ctx.mark_non_differentiable(output)
+
+
+def _circle_nms_backward(ctx, grad):
+    return None, None, None, None, None
+
+
+def _circle_nms_mask_backward(ctx, grad):
+    return None, None, None, None
+
+
+torch.library.register_autograd(
+    "pcops::circle_nms", _circle_nms_backward, setup_context=_setup_context
+)
+torch.library.register_autograd(
+    "pcops::circle_nms_mask", _circle_nms_mask_backward, setup_context=_setup_context
+)

@@ -1,0 +1,97 @@
+"""k nearest neighbours: wrapper, fake (meta) implementation and autograd registration."""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["knn"]
+
+
+def knn(
+    query: Tensor,
+    ref: Tensor,
+    k: int,
+    query_lengths: Optional[Tensor] = None,
+    ref_lengths: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor]:
+    """The ``k`` nearest reference points of each query point, by squared distance.
+
+    For each valid query the ``k`` nearest valid refs, sorted by (squared distance, index)
+    ascending: ties go to the lower index, and the CPU and CUDA return the same indices. There
+    is no cap on ``k``: slots past the number of valid refs hold index -1 and distance +inf.
+    Squared distances are computed as ``dx*dx + dy*dy + dz*dz`` in the input's precision
+    (float32 for half types), with no FMA contraction; a ref whose distance is not finite is
+    never a neighbour.
+
+    Args:
+        query: ``[B, M, 3]`` query points, float32/float64/float16/bfloat16, on the CPU or CUDA;
+            need not be contiguous. A ``[M, 3]`` tensor (with a ``[N, 3]`` ``ref`` and no
+            lengths) is one cloud: the results then have no batch dimension.
+        ref: ``[B, N, 3]`` reference points, same dtype and device as ``query``.
+        k: number of neighbours ``>= 1``; may exceed ``N``.
+        query_lengths: optional int64 ``[B]`` in ``[0, M]``: only the first
+            ``query_lengths[b]`` queries of cloud ``b`` are valid; the rows of the others are
+            all -1 / +inf.
+        ref_lengths: optional int64 ``[B]`` in ``[0, N]``: only the first ``ref_lengths[b]``
+            refs of cloud ``b`` are candidates (ragged batches).
+
+    Returns:
+        ``(dist2, idx)``: ``dist2`` ``[B, M, k]`` in ``query``'s dtype, differentiable with
+        respect to ``query`` and ``ref`` (the backward is deterministic); ``idx`` ``[B, M, k]``
+        int64 in ``[-1, N)``.
+
+    Example:
+        >>> xyz = torch.rand(2, 1024, 3)
+        >>> centres = xyz[:, :256]
+        >>> dist2, idx = pcops.knn(centres, xyz, 16)              # [2, 256, 16] each
+        >>> neighbours = pcops.group(xyz, idx)                     # [2, 256, 16, 3]
+    """
+    if query.dim() == 2 and ref.dim() == 2 and query_lengths is None and ref_lengths is None:
+        dist2, idx = torch.ops.pcops.knn.default(query.unsqueeze(0), ref.unsqueeze(0), k)
+        return dist2.squeeze(0), idx.squeeze(0)
+    return torch.ops.pcops.knn.default(query, ref, k, query_lengths, ref_lengths)
+
+
+@torch.library.register_fake("pcops::knn")
+def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None):
+    torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
+    torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
+    torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref must have one batch size")
+    torch._check(ref.dtype == query.dtype, lambda: "query and ref must have one dtype")
+    torch._check(k >= 1, lambda: "k must be >= 1")
+    B, M = query.shape[0], query.shape[1]
+    return query.new_empty((B, M, k)), query.new_empty((B, M, k), dtype=torch.long)
+
+
+def _knn_setup_context(ctx, inputs, output):
+    query, ref, _k, _query_lengths, _ref_lengths = inputs
+    _dist2, idx = output
+    ctx.mark_non_differentiable(idx)
+    ctx.num_ref = ref.shape[1]
+    if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+        ctx.save_for_backward(query, ref, idx)
+
+
+def _knn_backward(ctx, grad_dist2, _grad_idx):
+    """d dist2[b,m,j] / d query[b,m] = 2 (q - r_idx), and -2 (q - r_idx) for ref[b,idx]: the ref
+    gradient is scattered by group_backward, in a fixed order (deterministic). Empty slots
+    (idx -1, dist2 +inf) contribute nothing."""
+    need_query, need_ref = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if grad_dist2 is None or not (need_query or need_ref):
+        return None, None, None, None, None
+    query, ref, idx = ctx.saved_tensors
+    work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    q, r = query.to(work), ref.to(work)
+    valid = idx >= 0
+    neighbours = torch.ops.pcops.group.default(r, idx)  # [B, M, k, 3], zeros where idx is -1
+    g = torch.where(valid, grad_dist2.to(work), 0.0).unsqueeze(-1)
+    contrib = torch.where(valid.unsqueeze(-1), 2.0 * (q.unsqueeze(2) - neighbours) * g, 0.0)
+    grad_query = contrib.sum(2).to(query.dtype) if need_query else None
+    grad_ref = None
+    if need_ref:
+        grad_ref = torch.ops.pcops.group_backward.default(-contrib, idx, ctx.num_ref)
+        grad_ref = grad_ref.to(ref.dtype)
+    return grad_query, grad_ref, None, None, None
+
+
+torch.library.register_autograd("pcops::knn", _knn_backward, setup_context=_knn_setup_context)
