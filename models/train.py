@@ -42,7 +42,8 @@ except ImportError:  # progress bars are a nicety
 
 
 def _default_npz():
-    for path in ("shared/data/modelnet40_train.npz", "../shared/data/modelnet40_train.npz"):
+    for path in (".data/modelnet40_train.npz", "shared/data/modelnet40_train.npz",
+                 "../shared/data/modelnet40_train.npz"):
         if os.path.exists(path):
             return path
     return "../shared/data/modelnet40_train.npz"
@@ -259,7 +260,7 @@ def plot_curves(out, history, title):
     ax1.legend()
     ax2.plot(ep, [h["train_acc"] for h in history], label="train acc")
     ax2.plot(ep, [h["val_acc"] for h in history], label="val acc")
-    ax2.plot(ep, [h["val_mean_class_acc"] for h in history], label="val mean class acc")
+    ax2.plot(ep, [h["val_mean_class_acc"] for h in history], "--", label="val mean class acc")
     ax2.set_xlabel("epoch")
     ax2.set_ylabel("accuracy (%)")
     ax2.grid(alpha=0.3)
