@@ -16,7 +16,7 @@ Because the grouped tensor keeps channels last, the shared MLP is a plain matmul
 dim of its [B*M*S, C] view (nn.Linear), BatchNorm1d normalises that same view, and the max runs
 over S; there is no permute anywhere, and torch.compile can fuse BatchNorm + ReLU + max.
 
-The classifiers below are lists of SA configs that mirror Table/Appendix B of the paper, so
+The classifiers below are lists of SA configs that mirror the paper's appendix B.1, so
 changing a radius is changing one number.
 """
 from dataclasses import dataclass

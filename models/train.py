@@ -280,11 +280,12 @@ def save(path, obj):
 def main(argv=None):
     """Parses the command line (argv, default sys.argv) and trains; returns the metrics history."""
     args, ckpt = parse_args(argv)
-    threads = torch.get_num_threads()
+    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
     try:
         return train(args, ckpt)
-    finally:
-        torch.set_num_threads(threads)  # train() may change it; leave in-process callers as they were
+    finally:  # train() may change these; leave in-process callers (tests) as they were
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(precision)
 
 
 def train(args, ckpt=None):

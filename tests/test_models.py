@@ -194,6 +194,21 @@ def test_torch_compile_matches_eager(grouping, gen):
     assert all(p.grad is not None for p in model.parameters())
 
 
+def test_cuda_matches_cpu(cuda, gen):
+    """The same weights give the same logits on CUDA (eval mode, full fp32 matmuls)."""
+    model = build_model("ssg", 40).eval()
+    xyz = D.ProceduralShapes(4, 1024, seed=3).materialize().points
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            ref = model(xyz)
+            got = model.to(cuda)(xyz.to(cuda)).cpu()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+
+
 # ---------------------------------------------------------------------------------------------
 # the procedural data set
 
@@ -492,6 +507,17 @@ def test_compile_failure_falls_back_to_eager(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "WARNING: the compiled model failed (RuntimeError: backend compiler failed)" in out
     assert len(history) == 1
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compile"])
+def test_train_command_on_cuda(cuda, compile, tmp_path, capsys):
+    """The GPU path of the training command: data and augmentation on the device, bf16
+    autocast, fused AdamW, and torch.compile of the training step (which must not fall back)."""
+    flags = TINY + ["--device", cuda, "--epochs", "2", "--out", str(tmp_path / "run")]
+    history = train_main(flags + (["--compile", "--no-compile-eval"] if compile else []))
+    out = capsys.readouterr().out
+    assert "device cuda, amp bf16" in out and "WARNING" not in out
+    assert len(history) == 2 and all(math.isfinite(h["train_loss"]) for h in history)
 
 
 def test_ddp_two_processes(tmp_path):
