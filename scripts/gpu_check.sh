@@ -8,7 +8,8 @@
 #   5. print a summary table last.
 # Full logs go to $OUT (default ./gpu_check_out). Stages can be chosen:
 #   bash scripts/gpu_check.sh [build] [test] [sanitize] [bench] [train]   (default: the first four)
-# `train` runs the PointNet++ step benchmark and the ModelNet40 run (needs .data/modelnet40_train.npz).
+# `train` runs the PointNet++ training-step benchmark. Environment: SAN_TOOLS (default: all four),
+# SAN_TIMEOUT (per tool, s), BENCHES (e.g. "fps knn"; default: every benchmarks/bench_*.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_check_out}
@@ -45,7 +46,7 @@ fi
 
 if has sanitize; then
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    for tool in memcheck racecheck initcheck synccheck; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
         stamp "compute-sanitizer --tool $tool"
         # Outputs are not poisoned here: initcheck must see reads of memory nothing wrote.
         PCOPS_TEST_NO_POISON=1 timeout "${SAN_TIMEOUT:-300}" "$SAN" --tool "$tool" --print-limit 50 \
