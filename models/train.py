@@ -489,7 +489,7 @@ def train(args, ckpt=None):
         if args.time_budget > 0 and epoch == start_epoch + 2 and planned_epochs == args.epochs:
             reserve = 3.0  # final checkpoint, metrics and plot
             fit = int((args.time_budget - reserve - (time.time() - T0)) / (1.03 * dt))
-            planned = torch.tensor([min(args.epochs, epoch + max(0, fit))])
+            planned = torch.tensor([min(args.epochs, epoch + max(0, fit))], device=device)  # NCCL: on the GPU
             if ddp:
                 dist.broadcast(planned, 0)
             planned_epochs = int(planned)
