@@ -17,7 +17,6 @@ over ~3.0 TB/s; "all pairs" is the time to evaluate all B*M*N distances (8 flops
 at the H100's ~33.5 T non-FMA FP32 instructions/s: the early exit should beat it when balls
 are dense, and the scan cannot beat it when they are empty.
 """
-import importlib
 import os
 import sys
 
@@ -27,18 +26,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the worktree's pcops, when run as a script
 
-from common import base_parser, environment_header, fmt_ms, print_table, time_fn  # noqa: E402
+from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
 
 import pcops  # noqa: E402
 
 
-def try_import(name):
-    """A peer module if installed, else None. importlib, so that a dotted name gives the
-    submodule (common.try_import's __import__ returns the top-level package)."""
-    try:
-        return importlib.import_module(name)
-    except Exception:
-        return None
 
 HBM_BYTES_PER_S = 3.0e12
 FP32_OPS_PER_S = 33.5e12  # H100 SXM: 67 TFLOPS counts an FMA as two; distances use none

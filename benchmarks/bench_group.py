@@ -14,7 +14,6 @@ The floor (CUDA): the fewest bytes moved -- idx read once, the gathered rows wri
 (forward) or read once (backward), the features read (forward) or written (backward) once --
 over ~3.0 TB/s of H100 memory bandwidth; GB/s is those bytes over the measured time.
 """
-import importlib
 import os
 import sys
 
@@ -24,18 +23,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))  # the worktree's pcops, when run as a script
 
-from common import base_parser, environment_header, fmt_ms, print_table, time_fn  # noqa: E402
+from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
 
 import pcops  # noqa: E402
 
 
-def try_import(name):
-    """A peer module if installed, else None. importlib, so that a dotted name gives the
-    submodule (common.try_import's __import__ returns the top-level package)."""
-    try:
-        return importlib.import_module(name)
-    except Exception:
-        return None
 
 HBM_BYTES_PER_S = 3.0e12  # H100 SXM, about; METHOD.md: the floor is bytes over this
 

@@ -48,10 +48,6 @@ BallQueryCall prepare(const at::Tensor& query, const at::Tensor& ref, double rad
     return c;
 }
 
-const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
-    return t ? t->data_ptr<int64_t>() : nullptr;
-}
-
 std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query, const at::Tensor& ref,
                                                   double radius, int64_t nsample,
                                                   const std::optional<at::Tensor>& query_lengths,

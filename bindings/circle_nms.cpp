@@ -60,10 +60,6 @@ NmsCall prepare(const char* op, const at::Tensor& centers, const at::Tensor& sco
     return c;
 }
 
-const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
-    return t ? t->data_ptr<int64_t>() : nullptr;
-}
-
 // keep_idx[:K], K = num_kept capped at max_out when max_out > 0.
 at::Tensor first_kept(const NmsCall& c, int64_t num_kept, int64_t max_out) {
     int64_t K = max_out > 0 ? std::min(num_kept, max_out) : num_kept;

@@ -61,10 +61,6 @@ FpsCall prepare(const at::Tensor& xyz, int64_t npoint, const std::optional<at::T
     return c;
 }
 
-const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
-    return t ? t->data_ptr<int64_t>() : nullptr;
-}
-
 std::tuple<at::Tensor, at::Tensor> fps_cpu(const at::Tensor& xyz, int64_t npoint,
                                            const std::optional<at::Tensor>& lengths,
                                            const std::optional<at::Tensor>& start,

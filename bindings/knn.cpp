@@ -46,10 +46,6 @@ KnnCall prepare(const at::Tensor& query, const at::Tensor& ref, int64_t k,
     return c;
 }
 
-const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
-    return t ? t->data_ptr<int64_t>() : nullptr;
-}
-
 std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Tensor& ref,
                                            int64_t k,
                                            const std::optional<at::Tensor>& query_lengths,

@@ -72,6 +72,11 @@ at::Tensor to_compute_dtype(const at::Tensor& t);
 
 pcops_dtype to_pcops_dtype(at::ScalarType type);
 
+// The data of an optional int64 tensor (lengths, start, groups), or NULL for the C API.
+inline const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
+    return t ? t->data_ptr<int64_t>() : nullptr;
+}
+
 // Raises if a CPU kernel returned an error.
 void check_status(const char* op, pcops_status status);
 

@@ -57,7 +57,10 @@ fi
 
 if has bench; then
     rm -f "$OUT/bench.txt"
-    for b in benchmarks/bench_*.py; do
+    # BENCHES="fps knn" limits the run to those benchmarks (default: all but the training step)
+    if [ -n "${BENCHES:-}" ]; then list=$(for n in $BENCHES; do echo "benchmarks/bench_$n.py"; done)
+    else list=$(ls benchmarks/bench_*.py); fi
+    for b in $list; do
         case "$b" in *bench_train_step.py) continue ;; esac
         stamp "$b"
         timeout 300 $PY "$b" --device cuda --out "$OUT/bench.txt" >> "$OUT/bench.log" 2>&1 \

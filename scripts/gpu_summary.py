@@ -46,7 +46,8 @@ def sanitizer_row(out, tool):
     log = read(os.path.join(out, f"sanitizer_{tool}.log"))
     if log is None:
         return [tool, "not run", "", "", ""]
-    m = re.search(r"ERROR SUMMARY: (\d+) error", log)
+    m = re.search(r"ERROR SUMMARY: (\d+) error", log) or re.search(
+        r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", log)
     total = m.group(1) if m else "?"
     lines = log.splitlines()
     ours = other = 0
