@@ -139,7 +139,7 @@ def main():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--time-limit", type=float, default=240.0,
+    p.add_argument("--time-limit", type=float, default=200.0,
                    help="skip the configurations not started within this many seconds (compilation is slow)")
     p.add_argument("--profile", action="store_true", help="print the top kernels of the fastest training step")
     p.add_argument("--quick", action="store_true", help="smoke run: B=2, N=600, few repetitions")

@@ -56,13 +56,17 @@ PRESETS = {
     # fixed after epoch 2 from the measured epoch time (--time-budget), and the cosine schedule
     # is laid out over them. Recipe: AdamW + warm-up + cosine, label smoothing, scale/shift/jitter
     # augmentation without rotation (the shapes are aligned), all 736 points in random order.
+    # In 15-epoch proxies on a CPU (ssg-lite, 256 points) the milder augmentation (scale
+    # 0.8-1.25, shift 0.1) beat PointNeXt's (2/3-3/2, 0.2) by 1 point, label smoothing 0 beat
+    # 0.2 by 0.9 and an EMA of the weights did not help; the paper-size SSG over ~100 epochs
+    # needs more regularisation than that small model, hence smoothing 0.1.
     # Only the training step is compiled: compiling the evaluation graph too would cost more
     # seconds than it saves over ~100 evaluations of 985 shapes.
     "modelnet40-h100": dict(
         data=_default_npz(), model="ssg", points=736, epochs=250, time_budget=280.0,
         batch_size=32, eval_batch_size=128, optimizer="adamw", lr=1e-3, weight_decay=0.05,
-        warmup_epochs=2.0, min_lr_ratio=0.0, label_smoothing=0.2, grad_clip=1.0,
-        aug_scale=[2 / 3, 1.5], aug_shift=0.2, aug_jitter=0.01, aug_rotate=False,
+        warmup_epochs=2.0, min_lr_ratio=0.0, label_smoothing=0.1, grad_clip=1.0,
+        aug_scale=[0.8, 1.25], aug_shift=0.1, aug_jitter=0.01, aug_rotate=False,
         amp="bf16", compile=True, compile_eval=False, save_every=25,
     ),
 }
@@ -319,8 +323,9 @@ def train(args, ckpt=None):
         args.model = "ssg-lite" if builtin else "ssg"
     # --points picks how many points the built-in set generates and the text reader keeps; the
     # npz and HDF5 files are read whole
-    train_set, val_set = load_data(args.data, num_points=args.points or (256 if builtin else 1024), seed=args.seed,
-                                   num_shapes=args.num_shapes, num_val_shapes=args.num_val_shapes)
+    points = args.points or (256 if builtin else 1024)
+    train_set, val_set = load_data(args.data, num_points=points, seed=args.seed, num_shapes=args.num_shapes,
+                                   num_val_shapes=args.num_val_shapes)
     if args.points is None:
         args.points = min(train_set.points.shape[1], val_set.points.shape[1])
     eval_bs = args.eval_batch_size or 4 * args.batch_size
@@ -373,7 +378,8 @@ def train(args, ckpt=None):
 
     # -- output and logging (rank 0 writes)
     if args.out is None:
-        args.out = os.path.dirname(args.resume) if args.resume else f"runs/{args.model}-{time.strftime('%Y%m%d-%H%M%S')}"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        args.out = os.path.dirname(args.resume) if args.resume else f"runs/{args.model}-{stamp}"
         config["out"] = args.out
     if master:
         os.makedirs(args.out, exist_ok=True)
@@ -385,19 +391,22 @@ def train(args, ckpt=None):
             log_file.write(msg + "\n")
             log_file.flush()
 
-    show_progress = master and tqdm is not None and (sys.stderr.isatty() if args.progress is None else args.progress)
+    tty = sys.stderr.isatty() if args.progress is None else args.progress
+    show_progress = master and tqdm is not None and tty
     n_params = sum(p.numel() for p in raw_model.parameters())
     log(f"pcops PointNet++ {args.model} ({args.grouping} grouping, {n_params / 1e6:.2f} M parameters) on "
         f"{args.data}: {len(train_set)} train / {len(val_set)} val shapes, {num_classes} classes, "
         f"{args.points} points")
+    compile_desc = (args.compile_mode + ("" if args.compile_eval else ", training only")) if args.compile else "off"
     log(f"device {device}{f' x {world} processes' if ddp else ''}, amp {args.amp}, "
-        f"compile {(args.compile_mode + ('' if args.compile_eval else ', training only')) if args.compile else 'off'}, batch {args.batch_size}"
+        f"compile {compile_desc}, batch {args.batch_size}"
         f"{f' per process ({args.batch_size * world} total)' if ddp else ''}, {steps_per_epoch} steps/epoch, "
         f"{args.optimizer} lr {args.lr:g} wd {args.weight_decay:g}, {args.epochs} epochs"
         f"{f' (time budget {args.time_budget:g} s)' if args.time_budget else ''}, {augment}, "
         f"label smoothing {args.label_smoothing:g}, EMA {args.ema:g}, seed {args.seed}, out {args.out}")
     if ckpt is not None:
-        log(f"resumed from {args.resume} after epoch {start_epoch} (best val acc {best:.2f}% at epoch {best_epoch})")
+        log(f"resumed from {args.resume} after epoch {start_epoch} "
+            f"(best val acc {best:.2f}% at epoch {best_epoch})")
 
     # -- train
     warmup_steps = round(args.warmup_epochs * steps_per_epoch)
@@ -485,7 +494,7 @@ def train(args, ckpt=None):
         if args.time_budget > 0 and epoch == start_epoch + 2 and planned_epochs == args.epochs:
             reserve = 3.0  # final checkpoint, metrics and plot
             fit = int((args.time_budget - reserve - (time.time() - T0)) / (1.03 * dt))
-            planned = torch.tensor([min(args.epochs, epoch + max(0, fit))])
+            planned = torch.tensor([min(args.epochs, epoch + max(0, fit))], device=device)  # NCCL: on the GPU
             if ddp:
                 dist.broadcast(planned, 0)
             planned_epochs = int(planned)
@@ -497,8 +506,9 @@ def train(args, ckpt=None):
             if improved:
                 if ema is not None:
                     ema.swap()
-                save(os.path.join(args.out, "best.pt"), dict(model=raw_model.state_dict(), config=config,
-                                                              classes=train_set.classes, epoch=epoch, val_acc=val_acc))
+                save(os.path.join(args.out, "best.pt"), dict(
+                    model=raw_model.state_dict(), config=config, classes=train_set.classes, epoch=epoch,
+                    val_acc=val_acc))
                 if ema is not None:
                     ema.swap()
             if epoch % args.save_every == 0 or epoch >= planned_epochs:
@@ -513,12 +523,14 @@ def train(args, ckpt=None):
         plot_curves(args.out, history, f"PointNet++ {args.model} on pcops: {os.path.basename(args.data)}")
         last10 = [h["val_acc"] for h in history[-10:]]
         times = epoch_times[1:] or epoch_times
-        log(f"epoch time: median {statistics.median(times):.2f} s, first{' (with compilation)' if args.compile else ''} "
-            f"{epoch_times[0]:.2f} s" if epoch_times else "no epoch run in this invocation")
-        log(f"done: {len(history)} epochs, training {time.time() - train_t0:.1f} s, total wall {time.time() - T0:.1f} s | "
-            f"val acc final {history[-1]['val_acc']:.2f}% (mean class {history[-1]['val_mean_class_acc']:.2f}%), "
-            f"last-{len(last10)} average {statistics.mean(last10):.2f}%, best {best:.2f}% (epoch {best_epoch}) | "
-            f"{args.out}")
+        first = " (with compilation)" if args.compile else ""
+        log(f"epoch time: median {statistics.median(times):.2f} s, first{first} {epoch_times[0]:.2f} s"
+            if epoch_times else "no epoch run in this invocation")
+        final = history[-1]
+        log(f"done: {len(history)} epochs, training {time.time() - train_t0:.1f} s, "
+            f"total wall {time.time() - T0:.1f} s | val acc final {final['val_acc']:.2f}% "
+            f"(mean class {final['val_mean_class_acc']:.2f}%), last-{len(last10)} average "
+            f"{statistics.mean(last10):.2f}%, best {best:.2f}% (epoch {best_epoch}) | {args.out}")
     if log_file is not None:
         log_file.close()
     if ddp:

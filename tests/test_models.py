@@ -521,13 +521,15 @@ def test_train_command_on_cuda(cuda, compile, tmp_path, capsys):
 
 
 def test_ddp_two_processes(tmp_path):
-    """torchrun --nproc_per_node 2 on the CPU (gloo): a couple of steps, one evaluation."""
+    """torchrun --nproc_per_node 2 on the CPU (gloo): a couple of steps and an evaluation per
+    epoch; the time budget (spent already) is decided on rank 0 and broadcast."""
     # --device cpu: on a machine with one GPU, two ranks must not share it (NCCL refuses)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "models.train"] + TINY + ["--epochs", "1", "--device", "cpu", "--out", str(tmp_path / "ddp")]
+           "-m", "models.train"] + TINY + ["--epochs", "4", "--time-budget", "1", "--device", "cpu",
+                                           "--out", str(tmp_path / "ddp")]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "x 2 processes" in proc.stdout and "batch 8 per process (16 total)" in proc.stdout
-    assert "done: 1 epochs" in proc.stdout
-    assert len(read_metrics(tmp_path / "ddp" / "metrics.csv")) == 1
+    assert "-> 2 epochs in total" in proc.stdout and "done: 2 epochs" in proc.stdout  # the ranks agreed
+    assert len(read_metrics(tmp_path / "ddp" / "metrics.csv")) == 2
