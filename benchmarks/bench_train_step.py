@@ -11,16 +11,21 @@ CUDA-event timings (perf_counter on the CPU) after warm-up; the first call of ea
 configuration (its compilation) is reported separately. Inputs are built-in procedural shapes
 (surfaces, so ball queries see realistic neighbourhoods).
 
-Configurations (--configs; default the first four): eager-fp32, compile-bf16, eager-bf16,
-compile-fp32, and compile-bf16-<mode> for any torch.compile mode (e.g.
-compile-bf16-reduce-overhead, compile-bf16-max-autotune-no-cudagraphs). fp32 uses TF32 matmuls
+Configurations (--configs; default the first five): eager-fp32, compile-bf16, eager-bf16,
+compile-fp32, torchops-fp32, and compile-bf16-<mode> for any torch.compile mode (e.g.
+compile-bf16-reduce-overhead, compile-bf16-max-autotune-no-cudagraphs). torchops-fp32 is the
+baseline in the same run: the same model, eager, with FPS, ball query / kNN and group written in
+plain PyTorch as a user would (the functions the op benchmarks time: an FPS loop, cdist + topk,
+gather), so the speed-up of the pcops rows is measured on this machine. fp32 uses TF32 matmuls
 unless --no-tf32. Configurations not started within --time-limit seconds are skipped, so that a
 run with slow compilations still prints its table.
 """
 import argparse
+import contextlib
 import os
 import sys
 import time
+import types
 
 import torch
 import torch.nn.functional as F
@@ -29,22 +34,49 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pcops  # noqa: E402
+from bench_ball_query import torch_ball_query  # noqa: E402
+from bench_fps import fps_torch_loop  # noqa: E402
+from bench_group import torch_group  # noqa: E402
+from bench_knn import run_torch as torch_knn  # noqa: E402
 from common import environment_header, fmt_ms, print_table, time_fn  # noqa: E402
+from models import pointnet2  # noqa: E402
 from models.data import ProceduralShapes  # noqa: E402
 from models.pointnet2 import build_model  # noqa: E402
 
-GPU_CONFIGS = ["eager-fp32", "compile-bf16", "eager-bf16", "compile-fp32"]
-CPU_CONFIGS = ["eager-fp32", "eager-bf16"]
+GPU_CONFIGS = ["eager-fp32", "compile-bf16", "eager-bf16", "compile-fp32", "torchops-fp32"]
+CPU_CONFIGS = ["eager-fp32", "eager-bf16", "torchops-fp32"]
+
+# The baseline's stand-ins for the four pcops functions the model calls, in plain PyTorch.
+TORCH_OPS = types.SimpleNamespace(
+    furthest_point_sample=fps_torch_loop,
+    ball_query=torch_ball_query,
+    group=torch_group,
+    knn=lambda query, ref, k: torch_knn(query, ref, k, 4 << 30),
+)
 
 
 def parse_config(name):
+    """'eager|compile|torchops - fp32|bf16 [- compile mode]' -> (compiled, bf16, mode, torch ops)."""
     parts = name.split("-", 2)
-    if len(parts) < 2 or parts[0] not in ("eager", "compile") or parts[1] not in ("fp32", "bf16"):
-        raise SystemExit(f"bad configuration {name!r}: eager|compile - fp32|bf16 [- compile mode]")
+    if len(parts) < 2 or parts[0] not in ("eager", "compile", "torchops") or parts[1] not in ("fp32", "bf16"):
+        raise SystemExit(f"bad configuration {name!r}: eager|compile|torchops - fp32|bf16 [- compile mode]")
     mode = parts[2] if len(parts) == 3 else None
-    if mode and parts[0] == "eager":
+    if mode and parts[0] != "compile":
         raise SystemExit(f"bad configuration {name!r}: a compile mode needs 'compile'")
-    return parts[0] == "compile", parts[1] == "bf16", mode
+    return parts[0] == "compile", parts[1] == "bf16", mode, parts[0] == "torchops"
+
+
+@contextlib.contextmanager
+def ops_of_model(torch_ops):
+    """Runs the model on TORCH_OPS instead of pcops (for the baseline) inside the block."""
+    if not torch_ops:
+        yield
+        return
+    pointnet2.pcops = TORCH_OPS
+    try:
+        yield
+    finally:
+        pointnet2.pcops = pcops
 
 
 def sync(device):
@@ -53,7 +85,12 @@ def sync(device):
 
 
 def run_config(name, args, device, xyz, labels):
-    compiled, bf16, mode = parse_config(name)
+    compiled, bf16, mode, torch_ops = parse_config(name)
+    with ops_of_model(torch_ops):
+        return _run_config(name, args, device, xyz, labels, compiled, bf16, mode)
+
+
+def _run_config(name, args, device, xyz, labels, compiled, bf16, mode):
     torch.manual_seed(0)
     model = build_model(args.model, 40, grouping=args.grouping).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, **({"fused": True} if device.type == "cuda" else {}))
@@ -179,17 +216,21 @@ def main():
         if best is None or row["train step (ms)"] < best[0]:
             best = (row["train step (ms)"], name, step)
         del model
-    base = next((r for r in rows if r.get("train step (ms)") is not None), None)
-    cols = ["config", "train step (ms)", "inference (ms)", "train speedup", "first train call (s)",
-            "first eval call (s)"] + (["train peak mem (GB)"] if device.type == "cuda" else [])
+    # speed-ups against the plain-PyTorch baseline when it ran, else against the first row
+    timed_rows = [r for r in rows if r.get("train step (ms)") is not None]
+    base = next((r for r in timed_rows if r["config"].startswith("torchops")), timed_rows[0] if timed_rows else None)
+    cols = ["config", "train step (ms)", "inference (ms)", f"train speedup vs {base['config'] if base else '-'}",
+            "inference speedup", "first train call (s)", "first eval call (s)"]
+    cols += ["train peak mem (GB)"] if device.type == "cuda" else []
     table = []
     for r in rows:
         if "train step (ms)" not in r:
             table.append([r["config"]] + ["-"] * (len(cols) - 1))
             continue
         speedup = f"{base['train step (ms)'] / r['train step (ms)']:.2f}x"
+        infer_speedup = f"{base['inference (ms)'] / r['inference (ms)']:.2f}x"
         table.append([r["config"], fmt_ms(r["train step (ms)"]), fmt_ms(r["inference (ms)"]), speedup,
-                      r["first train call (s)"], r["first eval call (s)"]]
+                      infer_speedup, r["first train call (s)"], r["first eval call (s)"]]
                      + ([r["train peak mem (GB)"]] if device.type == "cuda" else []))
     if args.out:
         with open(args.out, "a") as f:

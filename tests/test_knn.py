@@ -496,9 +496,24 @@ def test_cuda_large(cuda, gen):
         assert_equal(d_cuda, d_cpu, what=f"dist2, k={k}")
 
 
+def test_cuda_100k_queries_and_refs(cuda, gen):
+    """M = N = 100 000 on the GPU; every query is independent, so a random subset of the rows is
+    checked against the CPU op (the whole grid would take minutes there) and every row against
+    the properties (sorted, unique, in range)."""
+    B, M, N = 1, 100_000, 100_000
+    query, ref = rand_points(B, M, gen), rand_points(B, N, gen)
+    rows = torch.randperm(M, generator=gen)[:1500]
+    for k in (16, 200):
+        dist2, idx = knn_op(query.cuda(), ref.cuda(), k)
+        d_cpu, i_cpu = knn_op(query[:, rows], ref, k)
+        assert_equal(idx[:, rows.cuda()], i_cpu, what=f"idx, k={k}")
+        assert_equal(dist2[:, rows.cuda()], d_cpu, what=f"dist2, k={k}")
+        check_row_properties(dist2[0, ::97], idx[0, ::97], k, N)
+
+
 def test_cuda_large_k(cuda, gen):
     query, ref = rand_points(2, 3000, gen), rand_points(2, 5000, gen)
-    for k in (128, 1000):
+    for k in (128, 200, 1000):
         (d_cpu, i_cpu), (d_cuda, i_cuda) = _cpu_and_cuda(query, ref, k)
         assert_equal(i_cuda, i_cpu, what=f"idx, k={k}")
         assert_equal(d_cuda, d_cpu, what=f"dist2, k={k}")
