@@ -509,12 +509,13 @@ def test_compile_failure_falls_back_to_eager(tmp_path, monkeypatch, capsys):
     assert len(history) == 1
 
 
-@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compile"])
-def test_train_command_on_cuda(cuda, compile, tmp_path, capsys):
+@pytest.mark.parametrize("mode", [None, "default", "reduce-overhead"], ids=["eager", "compile", "cudagraphs"])
+def test_train_command_on_cuda(cuda, mode, tmp_path, capsys):
     """The GPU path of the training command: data and augmentation on the device, bf16
-    autocast, fused AdamW, and torch.compile of the training step (which must not fall back)."""
+    autocast, fused AdamW, and torch.compile of the training step, also with CUDA graphs as the
+    ModelNet40 preset runs it (which must not fall back)."""
     flags = TINY + ["--device", cuda, "--epochs", "2", "--out", str(tmp_path / "run")]
-    history = train_main(flags + (["--compile", "--no-compile-eval"] if compile else []))
+    history = train_main(flags + (["--compile", "--compile-mode", mode, "--no-compile-eval"] if mode else []))
     out = capsys.readouterr().out
     assert "device cuda, amp bf16" in out and "WARNING" not in out
     assert len(history) == 2 and all(math.isfinite(h["train_loss"]) for h in history)
