@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import pcops
 from models import data as D
 from models.pointnet2 import MSG, SSG, PointNet2Classifier, SAConfig, SetAbstraction, build_model
-from models.train import lr_at, main as train_main
+from models.train import epochs_within_budget, lr_at, main as train_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -474,6 +474,20 @@ def test_resume_continues_the_same_curve(tmp_path, monkeypatch):
         assert (tmp_path / "resumed" / name).exists(), name
     ckpt = torch.load(tmp_path / "resumed" / "last.pt", weights_only=True)
     assert ckpt["epoch"] == 2 and ckpt["config"]["seed"] == 7 and set(ckpt) >= {"model", "optimizer", "ema", "best"}
+
+
+def test_time_budget_plans_then_only_cuts():
+    # after epoch 2 (the first epoch compiled: 10 s, the second 2 s), 20 s gone of 100 s:
+    # 3 s are reserved and epochs are taken 3% slower, so 77 / 2.06 -> 37 more epochs
+    assert epochs_within_budget(100.0, 20.0, [10.0, 2.0], 2, 250) == (39, 2.0)
+    # never more than planned, even if the epochs get faster
+    assert epochs_within_budget(100.0, 22.0, [10.0, 2.0, 1.0, 1.0, 1.0], 5, 39)[0] == 39
+    # the epochs slowed down (median of the last ten, the compiled one left out): fewer epochs
+    times = [10.0, 2.0, 2.0, 3.0, 3.0, 3.0]
+    fit, per_epoch = epochs_within_budget(100.0, 33.0, times, 6, 39)
+    assert per_epoch == 3.0 and fit == 6 + int(64.0 / 3.09) < 39
+    # the budget is spent: stop after this epoch, never before it
+    assert epochs_within_budget(100.0, 120.0, times, 6, 39)[0] == 6
 
 
 def test_train_on_npz_file(tmp_path, gen, capsys):
