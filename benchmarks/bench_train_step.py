@@ -16,9 +16,9 @@ compile-bf16-reduce-overhead (CUDA graphs, as the ModelNet40 preset trains), tor
 compile-bf16-<mode> for any torch.compile mode (e.g. compile-bf16-max-autotune-no-cudagraphs).
 torchops-fp32 is the baseline in the same run: the same model, eager, with FPS, ball query / kNN
 and group written in plain PyTorch as a user would (the functions the op benchmarks time: an FPS
-loop, cdist + topk, gather), so the speed-up of the pcops rows is measured on this machine. fp32 uses TF32 matmuls
-unless --no-tf32. Configurations not started within --time-limit seconds are skipped, so that a
-run with slow compilations still prints its table.
+loop, cdist + topk, gather), so the speed-up of the pcops rows is measured on this machine.
+fp32 uses TF32 matmuls unless --no-tf32. Configurations not started within --time-limit seconds
+are skipped, so that a run with slow compilations still prints its table.
 """
 import argparse
 import contextlib

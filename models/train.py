@@ -372,7 +372,7 @@ def train(args, ckpt=None):
             planned_epochs = args.epochs
     raw_model = model
     compile_mode = args.compile_mode
-    if ddp and "reduce-overhead" in compile_mode:
+    if ddp and compile_mode in ("reduce-overhead", "max-autotune"):  # the modes with CUDA graphs
         compile_mode = "default"  # CUDA graphs cannot hold DDP's gradient all-reduce hooks
     if args.compile:
         model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode, dynamic=False)
