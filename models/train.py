@@ -373,7 +373,7 @@ def train(args, ckpt=None):
     raw_model = model
     compile_mode = args.compile_mode
     if ddp and compile_mode in ("reduce-overhead", "max-autotune"):  # the modes with CUDA graphs
-        compile_mode = "default"  # CUDA graphs cannot hold DDP's gradient all-reduce hooks
+        compile_mode = "default"  # not tried with DDP's all-reduce hooks between the graph's parts
     if args.compile:
         model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode, dynamic=False)
     eval_model = model if args.compile_eval else raw_model
