@@ -4,7 +4,8 @@ bindings/*.cpp (the only C++), compiled with ninja.
 CUDA sources are compiled whenever an nvcc whose major version matches torch's CUDA is found,
 with or without a GPU. Environment switches:
   PCOPS_CUDA=0|1        force the CUDA part off, or fail if it cannot be built (default: auto)
-  TORCH_CUDA_ARCH_LIST  e.g. "9.0" (default: the visible GPUs, else torch's own list)
+  TORCH_CUDA_ARCH_LIST  e.g. "9.0" (default: the visible GPUs; with none, every architecture
+                        of torch's own list that nvcc supports, the newest also as PTX)
   DEBUG=1               -O0 -g, and a stream synchronisation after every kernel launch
   MAX_JOBS              parallel compile jobs (ninja)
 
@@ -93,11 +94,34 @@ def choose_cxx():
              f"links libstdc++.so.")
 
 
+def default_arch_list(cuda_home):
+    """TORCH_CUDA_ARCH_LIST for a machine with no visible GPU (torch's own choice needs one and
+    fails without): every architecture this torch was built for that the nvcc can target, as
+    native code, plus PTX of the newest for later GPUs -- so the build runs on any GPU this torch
+    runs on. On 2 cores this costs about a minute more than one architecture."""
+    torch_archs = [a for a in torch.cuda.get_arch_list() if a.startswith("sm_")]
+    try:
+        out = subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--list-gpu-arch"],
+                             capture_output=True, text=True, check=True).stdout
+        nvcc_archs = {a.replace("compute_", "sm_") for a in out.split()}
+    except (OSError, subprocess.CalledProcessError):
+        nvcc_archs = set(torch_archs)
+    archs = sorted({int(a[3:]) for a in torch_archs if a in nvcc_archs})
+    if not archs:
+        return "9.0"
+    names = [f"{a // 10}.{a % 10}" for a in archs]
+    return ";".join(names[:-1] + [names[-1] + "+PTX"])
+
+
 choose_cxx()
 CUDA_HOME = find_cuda_home()
 if CUDA_HOME:
     # torch.utils.cpp_extension reads CUDA_HOME when it is imported.
     os.environ["CUDA_HOME"] = CUDA_HOME
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and torch.cuda.device_count() == 0:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = default_arch_list(CUDA_HOME)
+        print(f"pcops: no GPU visible and TORCH_CUDA_ARCH_LIST unset: building for "
+              f"{os.environ['TORCH_CUDA_ARCH_LIST']} (set TORCH_CUDA_ARCH_LIST to build for fewer)")
 from torch.utils import cpp_extension  # noqa: E402
 
 WITH_CUDA = CUDA_HOME is not None

@@ -256,13 +256,24 @@ fps_cluster_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ length
 // ------------------------------------------------------------------------------------------
 // kernel launchers
 
-// Whether the current device has thread-block clusters (compute capability 9.0 or newer).
-bool device_has_clusters() {
+// Whether fps_cluster_kernel<T> can run on the current device: the device has thread-block
+// clusters (compute capability 9.0 or newer) AND the kernel it would run was built from sm_90
+// (or newer) code. The kernel's body only exists for __CUDA_ARCH__ >= 900, so a build without
+// sm_90 code (TORCH_CUDA_ARCH_LIST=8.0+PTX, say, JIT-compiled by the driver for an H100) holds
+// an empty cluster kernel that must never be launched: it would leave idx unwritten.
+template <typename T>
+bool cluster_kernel_usable() {
     int device = 0, major = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
         return false;
-    return major >= 9;
+    if (major < 9) return false;
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, fps_cluster_kernel<T>) != cudaSuccess) {
+        (void)cudaGetLastError();  // not an error of this call: the block kernel runs instead
+        return false;
+    }
+    return attr.ptxVersion >= 90;  // the virtual architecture the kernel was compiled from
 }
 
 template <typename T>
@@ -291,8 +302,8 @@ cudaError_t launch_fps(const T* xyz, const int64_t* lengths, const int64_t* star
                        int64_t N, int64_t npoint, T* workspace, int64_t* idx, T* dist2,
                        int variant, cudaStream_t stream) {
     const bool registers_fit = N <= 512 * (sizeof(T) == 4 ? 16 : 8);
-    const bool cluster = device_has_clusters() && B <= INT_MAX / CLUSTER_BLOCKS &&
-                         (variant == 2 || (variant == 0 && !registers_fit));
+    const bool cluster = (variant == 2 || (variant == 0 && !registers_fit)) &&
+                         B <= INT_MAX / CLUSTER_BLOCKS && cluster_kernel_usable<T>();
     if (cluster)
         return launch_fps_cluster(xyz, lengths, start, B, N, npoint, workspace, idx, dist2,
                                   stream);

@@ -185,7 +185,7 @@ cudaError_t pcops_fps_cuda(pcops_dtype dtype, const void* xyz, const int64_t* le
                            void* workspace, int64_t* idx, void* dist2, cudaStream_t stream);
 /* The same with an explicit kernel choice, for benchmarks: 0 = by size (what pcops_fps_cuda
  * does), 1 = one thread block per cloud, 2 = a thread-block cluster per cloud (sm_90+; falls
- * back to 1 on older GPUs). The results are identical. */
+ * back to 1 on older GPUs and in builds without sm_90 code). The results are identical. */
 cudaError_t pcops_fps_cuda_variant(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                                    const int64_t* start, int64_t B, int64_t N, int64_t npoint,
                                    void* workspace, int64_t* idx, void* dist2, int variant,
