@@ -39,7 +39,7 @@ BallQueryCall prepare(const at::Tensor& query, const at::Tensor& ref, double rad
     c.N = ref.size(1);
     c.nsample = nsample;
     c.radius2 = radius * radius;
-    c.query_lengths = check_lengths(kOp, "query_lengths", query_lengths, c.B, c.M, query);
+    c.query_lengths = check_lengths(kOp, "query_lengths", query_lengths, c.B, c.M, query, "M");
     c.ref_lengths = check_lengths(kOp, "ref_lengths", ref_lengths, c.B, c.N, query);
     c.query = to_compute_dtype(query);
     c.ref = to_compute_dtype(ref);
