@@ -106,7 +106,8 @@ def default_arch_list(cuda_home):
         nvcc_archs = {a.replace("compute_", "sm_") for a in out.split()}
     except (OSError, subprocess.CalledProcessError):
         nvcc_archs = set(torch_archs)
-    archs = sorted({int(a[3:]) for a in torch_archs if a in nvcc_archs})
+    # plain numbered architectures only (a suffixed one such as sm_90a would not run elsewhere)
+    archs = sorted({int(a[3:]) for a in torch_archs if a in nvcc_archs and a[3:].isdigit()})
     if not archs:
         return "9.0"
     names = [f"{a // 10}.{a % 10}" for a in archs]
