@@ -96,6 +96,10 @@ class Augment:
             xyz = point_dropout(xyz, self.dropout, generator=generator)
         return xyz
 
+    def label_preserving(self) -> "Augment":
+        """The same augmentation without point dropout: the copies of test-time voting."""
+        return Augment(self.scale, self.anisotropic, self.shift, self.rotate, self.up_axis, self.jitter, 0.0)
+
     def __repr__(self) -> str:
         scale = f"({self.scale[0]:.3g}, {self.scale[1]:.3g})" if self.scale else None
         return (f"Augment(scale={scale}, anisotropic={self.anisotropic}, shift={self.shift:g}, "

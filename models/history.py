@@ -25,8 +25,9 @@ def plot_curves(out, history, title):
     ax1.set_ylabel("loss")
     ax1.legend()
     ax2.plot(ep, [h["train_acc"] for h in history], label="train acc")
-    ax2.plot(ep, [h["val_acc"] for h in history], label="val acc")
-    ax2.plot(ep, [h["val_mean_class_acc"] for h in history], "--", label="val mean class acc")
+    if history[-1]["val_acc"] is not None:  # not under --val-split none
+        ax2.plot(ep, [h["val_acc"] for h in history], label="val acc")
+        ax2.plot(ep, [h["val_mean_class_acc"] for h in history], "--", label="val mean class acc")
     ax2.set_xlabel("epoch")
     ax2.set_ylabel("accuracy (%)")
     ax2.grid(alpha=0.3)

@@ -6,11 +6,15 @@
     torchrun --nproc_per_node 4 -m models.train --preset modelnet40-h100   # the same on 4 GPUs
     python -m models.train --resume runs/mn40/last.pt       # continue a run where it stopped
 
-One process or many: under torchrun (RANK / WORLD_SIZE set) the model is wrapped in
-DistributedDataParallel (NCCL on GPUs, gloo on CPUs) and each process trains on its share of
-every epoch (DistributedSampler); --batch-size is per process. The whole data set lives on the
-device and is augmented there in batch; the step has no host synchronisation: metrics are
-accumulated on the device and read every --log-every steps and once per epoch.
+One process or many: under torchrun (RANK / WORLD_SIZE set; NCCL on GPUs, gloo on CPUs) every
+process runs the same training step as one process would (compiled, with CUDA graphs under
+--compile-mode reduce-overhead) on its rows of each global batch, then the gradients are averaged
+by one all-reduce of a flat buffer before the optimizer step; --batch-size is per process
+(--global-batch-size divides a global one), --lr-scaling adapts the learning rate to the global
+batch. Several machines: torchrun's rendezvous (models/README.md has the command). The whole
+data set lives on the device and is augmented there in batch; the step has no host
+synchronisation: metrics are accumulated on the device and read every --log-every steps and once
+per epoch.
 
 Writes to --out: train.log, metrics.csv, curves.png, last.pt (model, optimizer, EMA, epoch, best,
 config, history: --resume continues the same curve) and best.pt (the evaluated weights).
@@ -20,6 +24,7 @@ import time
 T0 = time.time()  # the run's clock starts before torch is imported
 
 import argparse  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -29,9 +34,8 @@ from types import SimpleNamespace  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from models.checkpoint import save_checkpoint  # noqa: E402
+from models.checkpoint import augment_settings, save_checkpoint  # noqa: E402
 from models.data import Augment, DeviceLoader, load_data  # noqa: E402
 from models.evaluate import evaluate  # noqa: E402
 from models.history import plot_curves, write_metrics  # noqa: E402
@@ -66,6 +70,10 @@ PRESETS = {
         warmup_epochs=2.0, min_lr_ratio=0.0, label_smoothing=0.2, grad_clip=1.0,
         aug_scale=[2 / 3, 1.5], aug_shift=0.2, aug_jitter=0.01, aug_rotate=False,
         amp="bf16", compile=True, compile_mode="reduce-overhead", compile_eval=False, save_every=25,
+        # the lr above is for a global batch of 32 (one GPU); with more GPUs (batch 32 each) it
+        # grows with the square root of the global batch (the rule for Adam-type optimizers):
+        # one GPU runs exactly as measured
+        lr_scaling="sqrt", lr_batch=32,
     ),
 }
 
@@ -94,16 +102,30 @@ def build_parser():
                    help="random rotation about the up axis")
     g.add_argument("--up-axis", type=int, default=1, choices=[1, 2], help="1 = y (ModelNet40 files), 2 = z")
     g.add_argument("--aug-dropout", type=float, default=0.0, help="max ratio of random point dropout")
+    g.add_argument("--train-points", type=int, default=None,
+                   help="points per training sample, a fresh random subset of the stored points every "
+                        "epoch (default: --points; fewer resamples each shape, evaluation keeps --points)")
+    g.add_argument("--val-split", default="file", choices=["file", "none"],
+                   help="file: the data's own validation split (npz: its val mask, folders: the test "
+                        "split, builtin: the val stream); none: train on all shapes of the file (npz: "
+                        "train + val), no validation")
     g = p.add_argument_group("model")
     g.add_argument("--model", default=None, choices=["ssg", "msg", "ssg-lite"],
                    help="default: ssg-lite (a small SSG) for builtin, ssg for files")
     g.add_argument("--grouping", default="ball", choices=["ball", "knn"])
+    g.add_argument("--dropout", type=float, default=0.5, help="dropout of the classifier head (paper: 0.5)")
     g = p.add_argument_group("optimisation")
     g.add_argument("--epochs", type=int, default=10)
     g.add_argument("--time-budget", type=float, default=0.0,
                    help="seconds from start to final evaluation: after epoch 2 the number of epochs "
                         "is cut to what fits, and cut again if later epochs run slower (0: off)")
     g.add_argument("--batch-size", type=int, default=16, help="per process")
+    g.add_argument("--global-batch-size", type=int, default=None,
+                   help="split this batch over the processes (sets --batch-size to it / world size)")
+    g.add_argument("--lr-scaling", default="none", choices=["none", "sqrt", "linear"],
+                   help="scale --lr by (global batch / --lr-batch), its square root, or not at all")
+    g.add_argument("--lr-batch", type=int, default=None,
+                   help="the global batch --lr is meant for (default: --batch-size, one process)")
     g.add_argument("--eval-batch-size", type=int, default=None, help="default: 4 x batch size")
     g.add_argument("--optimizer", default="adamw", choices=["adamw", "adam", "sgd"])
     g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
@@ -134,6 +156,9 @@ def build_parser():
     g.add_argument("--out", default=None, help="output folder (default: runs/<model>-<time>)")
     g.add_argument("--resume", default=None, metavar="CKPT",
                    help="continue from a last.pt (its config, unless flags are given again)")
+    g.add_argument("--final-votes", type=int, default=10,
+                   help="at the end, evaluate the final weights with test-time voting over this many "
+                        "copies per shape (models.evaluate's voting; 0 or 1: off)")
     g.add_argument("--save-every", type=int, default=1, help="write last.pt every this many epochs (and at the end)")
     g.add_argument("--log-every", type=int, default=50, help="steps between progress-bar updates (host syncs)")
     g.add_argument("--limit-steps", type=int, default=0, help="train steps per epoch (0: all; for smoke runs)")
@@ -192,6 +217,21 @@ def setup_processes(args):
                            device=device, autocast=autocast)
 
 
+def batch_and_lr(args, world):
+    """Per-process batch (from --global-batch-size if given) and the peak learning rate for the
+    global batch (--lr-scaling) -> (batch per process, lr, description of the scaling)."""
+    batch = args.batch_size
+    if args.global_batch_size:
+        if args.global_batch_size % world:
+            raise SystemExit(f"--global-batch-size {args.global_batch_size} does not split over {world} processes")
+        batch = args.global_batch_size // world
+    ref = args.lr_batch or args.batch_size
+    ratio = batch * world / ref
+    factor = {"none": 1.0, "sqrt": math.sqrt(ratio), "linear": ratio}[args.lr_scaling]
+    desc = "" if factor == 1.0 else f" ({args.lr:g} x {args.lr_scaling} of {batch * world}/{ref})"
+    return batch, args.lr * factor, desc
+
+
 def make_augment(args):
     return Augment(scale=tuple(args.aug_scale) if args.aug_scale[1] > 0 else None, shift=args.aug_shift,
                    rotate=args.aug_rotate, up_axis=args.up_axis,
@@ -200,8 +240,8 @@ def make_augment(args):
 
 
 def setup_data(args, run):
-    """The data sets, the augmentation and the device loaders (this process's share);
-    resolves args.model and args.points where they were left to the data."""
+    """The data sets, the augmentation and the device loaders (this process's share; val None
+    under --val-split none); resolves args.model and args.points where they were left to the data."""
     builtin = args.data == "builtin"
     if args.model is None:
         args.model = "ssg-lite" if builtin else "ssg"
@@ -209,24 +249,33 @@ def setup_data(args, run):
     # npz and HDF5 files are read whole
     points = args.points or (256 if builtin else 1024)
     train_set, val_set = load_data(args.data, num_points=points, seed=args.seed, num_shapes=args.num_shapes,
-                                   num_val_shapes=args.num_val_shapes)
+                                   num_val_shapes=args.num_val_shapes, val_split=args.val_split)
     if args.points is None:
-        args.points = min(train_set.points.shape[1], val_set.points.shape[1])
+        args.points = min(train_set.points.shape[1], val_set.points.shape[1] if val_set else 1 << 30)
     augment = make_augment(args)
     gen = torch.Generator(device=run.device)
-    train_loader = DeviceLoader(train_set, args.batch_size, args.points, run.device, train=True, augment=augment,
-                                generator=gen, rank=run.rank, world_size=run.world, seed=args.seed)
-    val_loader = DeviceLoader(val_set, args.eval_batch_size or 4 * args.batch_size, args.points, run.device,
-                              train=False, rank=run.rank, world_size=run.world)
+    train_loader = DeviceLoader(train_set, run.batch_size, args.train_points or args.points, run.device, train=True,
+                                augment=augment, generator=gen, rank=run.rank, world_size=run.world, seed=args.seed)
+    val_loader = None
+    if val_set is not None:
+        val_loader = DeviceLoader(val_set, args.eval_batch_size or 4 * args.batch_size, args.points, run.device,
+                                  train=False, rank=run.rank, world_size=run.world)
     steps = len(train_loader) if not args.limit_steps else min(args.limit_steps, len(train_loader))
     return SimpleNamespace(train_set=train_set, val_set=val_set, augment=augment, gen=gen, train=train_loader,
                            val=val_loader, steps_per_epoch=steps, num_classes=train_set.num_classes)
 
 
+def model_spec(args, data):
+    """What models.evaluate and models.predict need to rebuild the model (checkpoint 'spec')."""
+    return dict(name=args.model, num_classes=data.num_classes, grouping=args.grouping, dropout=args.dropout,
+                points=args.points, classes=list(data.train_set.classes), augment=augment_settings(vars(args)))
+
+
 def setup_state(args, run, data, ckpt):
-    """Model, optimizer, EMA and the progress counters, fresh or from a checkpoint (--resume)."""
+    """Model, optimizer, EMA and the progress counters, fresh or from a checkpoint (--resume);
+    under torchrun, rank 0's weights and buffers are copied to all processes."""
     torch.manual_seed(args.seed)
-    model = build_model(args.model, data.num_classes, grouping=args.grouping).to(run.device)
+    model = build_model(args.model, data.num_classes, grouping=args.grouping, dropout=args.dropout).to(run.device)
     optimizer = make_optimizer(model, args, run.device)
     ema = EMA(model, args.ema) if args.ema > 0 else None
     state = SimpleNamespace(model=model, optimizer=optimizer, ema=ema, epoch=0, best=-1.0, best_epoch=0,
@@ -240,7 +289,57 @@ def setup_state(args, run, data, ckpt):
         state.history, state.planned_epochs = ckpt["history"], ckpt["planned_epochs"]
         if args.epochs != ckpt["config"]["epochs"]:  # --epochs given again: a new length (a new schedule)
             state.planned_epochs = args.epochs
+    if run.ddp:
+        tensors = list(model.state_dict().values()) + (ema.shadow if ema is not None else [])
+        broadcast_tensors(tensors)
     return state
+
+
+# ---------------------------------------------------------------------------------------------
+# several processes: gradients and BatchNorm statistics
+
+
+def broadcast_tensors(tensors, src=0):
+    """Copy rank src's values of these tensors to every process, one broadcast per dtype."""
+    by_dtype = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for group in by_dtype.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in group])
+        dist.broadcast(flat, src)
+        parts = [f.view_as(t) for f, t in zip(flat.split([t.numel() for t in group]), group)]
+        with torch.no_grad():
+            torch._foreach_copy_([t.detach() for t in group], parts)
+
+
+def average_gradients(params, world):
+    """Average .grad over the processes: one all-reduce of one flat buffer, whose slices become
+    the parameters' .grad (no host sync; a parameter without a gradient counts as zero).
+
+    This is what DistributedDataParallel does, without its autograd hooks: the training step
+    (forward and backward, compiled and captured as CUDA graphs under reduce-overhead) is the
+    one-process step unchanged, and the all-reduce runs between it and the optimizer step. The
+    price is no overlap of the all-reduce with the backward pass: for the 1.5 M parameters of
+    SSG (6 MB) that is tens of microseconds on NVLink."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat.div_(world)
+    for p, g in zip(params, flat.split([q.numel() for q in params])):
+        p.grad = g.view_as(p)
+
+
+@torch.no_grad()
+def average_buffers(state, world):
+    """Average the floating-point buffers (BatchNorm running statistics, which each process
+    updates from its own rows) and the EMA over the processes, before evaluating and saving."""
+    tensors = [b for b in state.model.buffers() if b.dtype.is_floating_point]
+    if state.ema is not None:
+        tensors += state.ema.shadow
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    flat.div_(world)
+    torch._foreach_copy_(tensors, [f.view_as(t) for f, t in zip(flat.split([t.numel() for t in tensors]), tensors)])
 
 
 def first_line(e):
@@ -249,29 +348,19 @@ def first_line(e):
 
 class Nets:
     """The training and the evaluation network, compiled or not (--compile, --compile-eval,
-    --compile-mode), DDP-wrapped for training under torchrun. The first failure of a compiled
-    network is logged and the work is redone with the raw model: a failure of the training
-    network (compilation happens in the first step) switches both, one in evaluation only the
-    evaluation network."""
+    --compile-mode), the same under torchrun as in one process (gradients are averaged after the
+    step: average_gradients). The first failure of a compiled network is logged and the work is
+    redone with the raw model: a failure of the training network (compilation happens in the
+    first step) switches both, one in evaluation only the evaluation network."""
 
-    def __init__(self, raw, args, run, log):
-        self.raw, self.log = raw, log
-        self.mode = args.compile_mode
-        if run.ddp and self.mode in ("reduce-overhead", "max-autotune"):  # the modes with CUDA graphs
-            self.mode = "default"  # not tried with DDP's all-reduce hooks between the graph's parts
+    def __init__(self, raw, args, log):
+        self.raw, self.log, self.mode = raw, log, args.compile_mode
         model = raw
         if args.compile:
             model = torch.compile(raw, mode=None if self.mode == "default" else self.mode, dynamic=False)
         self.eval = model if args.compile_eval else raw
-        self.train = DDP(model, device_ids=[run.local_rank] if run.device.type == "cuda" else None) if run.ddp else model
+        self.train = model
         self.compiled = args.compile
-
-    def _uncompile_train(self):
-        if isinstance(self.train, DDP):  # DDP keeps its module's parameters (and its hooks on them)
-            self.train.module = self.raw
-        else:
-            self.train = self.raw
-        self.eval, self.compiled = self.raw, False
 
     def run_train(self, fn, on_failure):
         """fn(training network); on_failure() cleans up before the eager retry."""
@@ -282,7 +371,7 @@ class Nets:
                 raise
             self.log(f"WARNING: the compiled model failed ({first_line(e)}); continuing without torch.compile")
             on_failure()
-            self._uncompile_train()
+            self.train, self.eval, self.compiled = self.raw, self.raw, False
             return fn(self.train)
 
     def run_eval(self, fn):
@@ -319,18 +408,18 @@ def open_log(args, run, config):
 
 def log_header(log, args, run, data, nets, state, ckpt):
     n_params = sum(p.numel() for p in state.model.parameters())
+    n_val = f"{len(data.val_set)} val" if data.val_set is not None else "no val (--val-split none)"
     log(f"pcops PointNet++ {args.model} ({args.grouping} grouping, {n_params / 1e6:.2f} M parameters) on "
-        f"{args.data}: {len(data.train_set)} train / {len(data.val_set)} val shapes, {data.num_classes} classes, "
-        f"{args.points} points")
+        f"{args.data}: {len(data.train_set)} train / {n_val} shapes, {data.num_classes} classes, "
+        f"{args.points} points" + (f" ({args.train_points} in training)" if args.train_points else ""))
     compile_desc = "off"
     if args.compile:
-        compile_desc = nets.mode + ("" if nets.mode == args.compile_mode else f" ({args.compile_mode} "
-                                    "needs one process)") + ("" if args.compile_eval else ", training only")
+        compile_desc = nets.mode + ("" if args.compile_eval else ", training only")
     log(f"device {run.device}{f' x {run.world} processes' if run.ddp else ''}, amp {args.amp}, "
-        f"compile {compile_desc}, batch {args.batch_size}"
-        f"{f' per process ({args.batch_size * run.world} total)' if run.ddp else ''}, "
+        f"compile {compile_desc}, batch {run.batch_size}"
+        f"{f' per process ({run.batch_size * run.world} total)' if run.ddp else ''}, "
         f"{data.steps_per_epoch} steps/epoch, "
-        f"{args.optimizer} lr {args.lr:g} wd {args.weight_decay:g}, {args.epochs} epochs"
+        f"{args.optimizer} lr {run.lr:g}{run.lr_desc} wd {args.weight_decay:g}, {args.epochs} epochs"
         f"{f' (time budget {args.time_budget:g} s)' if args.time_budget else ''}, {data.augment}, "
         f"label smoothing {args.label_smoothing:g}, EMA {args.ema:g}, seed {args.seed}, out {args.out}")
     if ckpt is not None:
@@ -343,7 +432,9 @@ def log_header(log, args, run, data, nets, state, ckpt):
 
 
 def epoch_seed(seed, epoch, rank):
-    """Every epoch reseeds all randomness from (seed, epoch, rank): a resumed run repeats it."""
+    """Every epoch reseeds all randomness from (seed, epoch, rank): a resumed run repeats it.
+    The data and its augmentation draw from rank 0's seed in every process (they are drawn for
+    the global batch), the model's own randomness (dropout) from the process's."""
     return (seed * 1_000_003 + epoch * 1009 + rank) % 2**63
 
 
@@ -352,16 +443,16 @@ def train_epoch(args, run, data, nets, state, show_progress):
     summed over the processes. The only host syncs: the progress bar every --log-every steps
     and the sums at the end."""
     epoch = state.epoch
-    s = epoch_seed(args.seed, epoch, run.rank)
-    torch.manual_seed(s)
-    data.gen.manual_seed(s)
+    torch.manual_seed(epoch_seed(args.seed, epoch, run.rank))
+    data.gen.manual_seed(epoch_seed(args.seed, epoch, 0))
     data.train.set_epoch(epoch)
     nets.train.train()
     steps = data.steps_per_epoch
     total_steps = state.planned_epochs * steps
     warmup_steps = round(args.warmup_epochs * steps)
+    params = list(state.model.parameters())
     sums = torch.zeros(2, device=run.device)  # sum of loss * B, number correct
-    seen, lr = 0, args.lr
+    seen, lr = 0, run.lr
     bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{state.planned_epochs}", leave=False,
                dynamic_ncols=True) if show_progress else None
 
@@ -375,13 +466,15 @@ def train_epoch(args, run, data, nets, state, show_progress):
     for k, (xyz, labels, _) in enumerate(data.train):
         if k == steps:
             break
-        lr = lr_at(epoch * steps + k, total_steps, warmup_steps, args.lr, args.min_lr_ratio)
+        lr = lr_at(epoch * steps + k, total_steps, warmup_steps, run.lr, args.min_lr_ratio)
         for group in state.optimizer.param_groups:
             group["lr"] = lr
         logits, loss = nets.run_train(lambda net: forward_backward(net, xyz, labels),
                                       lambda: state.optimizer.zero_grad(set_to_none=True))
+        if run.ddp:
+            average_gradients(params, run.world)
         if args.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(state.model.parameters(), args.grad_clip)
+            torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
         state.optimizer.step()
         state.optimizer.zero_grad(set_to_none=True)
         if state.ema is not None:
@@ -399,26 +492,35 @@ def train_epoch(args, run, data, nets, state, show_progress):
     if run.ddp:
         dist.all_reduce(sums)
         seen *= run.world
+        average_buffers(state, run.world)
     return sums.tolist() + [seen], lr
 
 
-def evaluate_epoch(args, run, data, nets, state):
-    """Validation accuracy (overall, mean class) of the evaluated weights (the EMA if on)."""
+def evaluate_epoch(args, run, data, nets, state, votes=1):
+    """Validation accuracy (overall, mean class) of the evaluated weights (the EMA if on), with
+    test-time voting if votes > 1; (None, None) without validation data."""
+    if data.val is None:
+        return None, None
+    gen = None
+    if votes > 1:
+        gen = torch.Generator(device=run.device)
+        gen.manual_seed(args.seed)
     if state.ema is not None:
         state.ema.swap()
     try:
-        return nets.run_eval(lambda net: evaluate(net, data.val, data.num_classes, run.autocast, run.ddp))
+        return nets.run_eval(lambda net: evaluate(net, data.val, data.num_classes, run.autocast, run.ddp,
+                                                  votes, data.augment.label_preserving(), gen))
     finally:
         if state.ema is not None:
             state.ema.swap()
 
 
-def replan_for_budget(args, run, state, epoch_times, first_plan, log):
+def replan_for_budget(args, run, state, epoch_times, first_plan, log, reserve_s):
     """The time budget fixes the number of epochs once epoch 2 of this invocation (no
     compilation in it) is timed, and cuts it again whenever the recent epochs run slower than
     that (a busy host). Rank 0 decides for all."""
     fit, recent = epochs_within_budget(args.time_budget, time.time() - T0, epoch_times, state.epoch,
-                                       state.planned_epochs)
+                                       state.planned_epochs, reserve_s)
     planned = torch.tensor([fit], device=run.device)  # NCCL: on the GPU
     if run.ddp:
         dist.broadcast(planned, 0)
@@ -430,7 +532,7 @@ def replan_for_budget(args, run, state, epoch_times, first_plan, log):
     state.planned_epochs = int(planned)
 
 
-def save_checkpoints(args, data, state, config, improved, val_acc):
+def save_checkpoints(args, data, state, config, spec, improved, val_acc):
     """best.pt (the evaluated weights) when validation improved, last.pt (everything --resume
     needs) every --save-every epochs and at the end; rank 0 only."""
     model, ema = state.model, state.ema
@@ -439,7 +541,7 @@ def save_checkpoints(args, data, state, config, improved, val_acc):
             ema.swap()
         save_checkpoint(os.path.join(args.out, "best.pt"), dict(
             model=model.state_dict(), config=config, classes=data.train_set.classes, epoch=state.epoch,
-            val_acc=val_acc))
+            val_acc=val_acc, spec=spec))
         if ema is not None:
             ema.swap()
     if state.epoch % args.save_every == 0 or state.epoch >= state.planned_epochs:
@@ -447,7 +549,7 @@ def save_checkpoints(args, data, state, config, improved, val_acc):
             model=model.state_dict(), optimizer=state.optimizer.state_dict(),
             ema=ema.state_dict() if ema is not None else None, epoch=state.epoch, best=state.best,
             best_epoch=state.best_epoch, planned_epochs=state.planned_epochs, history=state.history, config=config,
-            classes=data.train_set.classes))
+            classes=data.train_set.classes, spec=spec))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,64 +569,83 @@ def main(argv=None):
 def train(args, ckpt=None):
     config = dict(vars(args))  # as given: what a checkpoint stores and --resume restores
     run = setup_processes(args)
+    run.batch_size, run.lr, run.lr_desc = batch_and_lr(args, run.world)
     data = setup_data(args, run)
+    spec = model_spec(args, data)
     state = setup_state(args, run, data, ckpt)
     log = open_log(args, run, config)
-    nets = Nets(state.model, args, run, log)
+    nets = Nets(state.model, args, log)
     log_header(log, args, run, data, nets, state, ckpt)
     show_progress = run.master and tqdm is not None and (sys.stderr.isatty() if args.progress is None
                                                          else args.progress)
     start_epoch = state.epoch
-    epoch_times, train_t0 = [], time.time()
+    epoch_times, eval_times, train_t0 = [], [], time.time()
     budget_planned = False  # whether this invocation fixed the number of epochs by --time-budget
     while state.epoch < state.planned_epochs:
         t_epoch = time.time()
         s, lr = train_epoch(args, run, data, nets, state, show_progress)
         train_time = time.time() - t_epoch
         val_acc, val_macc = evaluate_epoch(args, run, data, nets, state)
+        eval_times.append(time.time() - t_epoch - train_time)
         state.epoch += 1
         dt = time.time() - t_epoch
         epoch_times.append(dt)
         state.history.append(dict(epoch=state.epoch, lr=lr, train_loss=s[0] / s[2], train_acc=100 * s[1] / s[2],
                                   val_acc=val_acc, val_mean_class_acc=val_macc, epoch_time_s=dt,
                                   elapsed_s=time.time() - T0))
-        improved = val_acc > state.best
+        improved = val_acc is not None and val_acc > state.best
         if improved:
             state.best, state.best_epoch = val_acc, state.epoch
+        val = (f"val acc {val_acc:5.2f}% mean class {val_macc:5.2f}% | best {state.best:5.2f}% ({state.best_epoch})"
+               if val_acc is not None else "no val")
         log(f"epoch {state.epoch:3d}/{state.planned_epochs} | train loss {s[0] / s[2]:.4f} "
-            f"acc {100 * s[1] / s[2]:5.2f}% | val acc {val_acc:5.2f}% mean class {val_macc:5.2f}% | "
-            f"best {state.best:5.2f}% ({state.best_epoch}) | lr {lr:.2e} | {dt:5.2f} s "
+            f"acc {100 * s[1] / s[2]:5.2f}% | {val} | lr {lr:.2e} | {dt:5.2f} s "
             f"({s[2] / train_time:,.0f} shapes/s) | {time.time() - T0:6.1f} s")
         first_plan = (args.time_budget > 0 and state.epoch == start_epoch + 2
                       and state.planned_epochs == args.epochs)
         if first_plan or budget_planned:
-            replan_for_budget(args, run, state, epoch_times, first_plan, log)
+            # kept free: 3 s for the final checkpoint and plot, and the final voting evaluation
+            reserve = 3.0 + (max(0, args.final_votes - 1) * statistics.median(eval_times)
+                                if data.val is not None else 0.0)
+            replan_for_budget(args, run, state, epoch_times, first_plan, log, reserve)
             budget_planned = True
         if run.master:
             write_metrics(args.out, state.history)
-            save_checkpoints(args, data, state, config, improved, val_acc)
+            save_checkpoints(args, data, state, config, spec, improved, val_acc)
 
+    voted = None
+    if state.history and epoch_times and args.final_votes > 1 and data.val is not None:
+        voted = evaluate_epoch(args, run, data, nets, state, votes=args.final_votes)
     if run.master and state.history:
-        summarize(args, state, epoch_times, train_t0, log)
+        summarize(args, state, epoch_times, train_t0, voted, log)
     log.close()
     if run.ddp:
         dist.destroy_process_group()
     return state.history
 
 
-def summarize(args, state, epoch_times, train_t0, log):
+def summarize(args, state, epoch_times, train_t0, voted, log):
     history = state.history
     plot_curves(args.out, history, f"PointNet++ {args.model} on pcops: {os.path.basename(args.data)}")
-    last10 = [h["val_acc"] for h in history[-10:]]
     times = epoch_times[1:] or epoch_times
     first = " (with compilation)" if args.compile else ""
     log(f"epoch time: median {statistics.median(times):.2f} s, first{first} {epoch_times[0]:.2f} s"
         if epoch_times else "no epoch run in this invocation")
     final = history[-1]
+    if final["val_acc"] is None:
+        log(f"done: {len(history)} epochs, training {time.time() - train_t0:.1f} s, "
+            f"total wall {time.time() - T0:.1f} s | final train acc {final['train_acc']:.2f}% (no validation) | "
+            f"{args.out}")
+        return
+    if voted is not None:
+        log(f"final weights with test-time voting ({args.final_votes} copies per shape): val acc {voted[0]:.2f}% "
+            f"(mean class {voted[1]:.2f}%), without voting {final['val_acc']:.2f}%")
+    last10 = [h["val_acc"] for h in history[-10:]]
     log(f"done: {len(history)} epochs, training {time.time() - train_t0:.1f} s, "
         f"total wall {time.time() - T0:.1f} s | val acc final {final['val_acc']:.2f}% "
         f"(mean class {final['val_mean_class_acc']:.2f}%), last-{len(last10)} average "
-        f"{statistics.mean(last10):.2f}%, best {state.best:.2f}% (epoch {state.best_epoch}) | {args.out}")
+        f"{statistics.mean(last10):.2f}%, best {state.best:.2f}% (epoch {state.best_epoch})"
+        + (f", with voting {voted[0]:.2f}%" if voted is not None else "") + f" | {args.out}")
 
 
 if __name__ == "__main__":
