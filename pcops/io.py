@@ -330,7 +330,7 @@ def _read_ply(path):
     for e in elements[:vi]:
         if e.has_list:
             _fail(path, f"unsupported: element '{e.name}' with list properties before the vertex element")
-    dtypes = [np.dtype([(n, order + c) for n, c in e.props]) for e in elements]
+    dtypes = [None if e.has_list else np.dtype([(n, order + c) for n, c in e.props]) for e in elements]
     skip = sum(dtypes[i].itemsize * elements[i].count for i in range(vi))
     need = skip + dtypes[vi].itemsize * vertex.count
     after_fixed = all(not e.has_list for e in elements[vi + 1:])
