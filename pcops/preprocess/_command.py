@@ -27,6 +27,12 @@ import torch
 from .. import io as pio
 from . import GraphedPreprocess, preprocess
 
+def _die(message: str):
+    """A usage or set-up error: the message on stderr, exit code 2 (1 means some inputs failed)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 _OUT_KEYS = ("centres", "idx", "lengths", "num_points", "shift", "scale")
 
 
@@ -90,18 +96,24 @@ class _Dist:
             self.dist.destroy_process_group()
 
 
-def _pick_device(arg: str, dist_local_rank: int, distributed: bool) -> torch.device:
+def _pick_device(arg: str) -> torch.device:
+    """--device -> a torch.device; under torchrun a GPU run uses GPU LOCAL_RANK."""
     import pcops
     if arg == "auto":
         arg = "cuda" if pcops.WITH_CUDA and torch.cuda.is_available() else "cpu"
-    dev = torch.device(arg)
+    try:
+        dev = torch.device(arg)
+    except RuntimeError as e:
+        _die(f"pcops.preprocess: --device {arg}: {e}")
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise SystemExit(f"pcops.preprocess: --device {arg}: no CUDA GPU is available")
-        if distributed:
-            dev = torch.device("cuda", dist_local_rank)
+        if not (pcops.WITH_CUDA and torch.cuda.is_available()):
+            _die(f"pcops.preprocess: --device {arg}: no CUDA GPU is available (or pcops was built without CUDA)")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         elif dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
+    elif dev.type != "cpu":
+        _die(f"pcops.preprocess: --device {arg}: expected auto, cpu or cuda[:i]")
     return dev
 
 
@@ -202,11 +214,11 @@ def _read_existing(out, folder, settings, overwrite, dist):
             old_settings = json.loads(str(arrays["settings"]))
             old = pio.Cache(None, None, None, None, None, None, arrays["sources"], old_settings)
     except Exception as e:
-        raise SystemExit(f"pcops.preprocess: cannot read the existing cache {out}: {e}\n"
+        _die(f"pcops.preprocess: cannot read the existing cache {out}: {e}\n"
                          f"(remove it, or choose another -o)")
     if old.settings != settings:
         if not overwrite:
-            raise SystemExit(f"pcops.preprocess: {out} holds a cache made with other settings "
+            _die(f"pcops.preprocess: {out} holds a cache made with other settings "
                              f"({json.dumps(old.settings, sort_keys=True)}); this run asks for "
                              f"{json.dumps(settings, sort_keys=True)}. Pass --overwrite to replace it, "
                              f"or choose another -o.")
@@ -224,7 +236,7 @@ def _read_existing(out, folder, settings, overwrite, dist):
     if arrays is not None:
         missing = [k for k in _OUT_KEYS + ("sources",) if k not in arrays]
         if missing:
-            raise SystemExit(f"pcops.preprocess: {out} is not a pcops cache (no {', '.join(missing)})")
+            _die(f"pcops.preprocess: {out} is not a pcops cache (no {', '.join(missing)})")
     return set(str(s) for s in old.sources), arrays
 
 
@@ -246,25 +258,23 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     for name in ("npoint", "nsample", "batch_size", "shard_size"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"pcops.preprocess: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            _die(f"pcops.preprocess: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.radius is not None and not (args.radius > 0 and np.isfinite(args.radius)):
-        raise SystemExit(f"pcops.preprocess: --radius must be finite and > 0, got {args.radius}")
+        _die(f"pcops.preprocess: --radius must be finite and > 0, got {args.radius}")
 
-    want = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                        ("cpu" if args.device == "auto" else args.device))
-    dist = _Dist(want.type)
+    device = _pick_device(args.device)
+    dist = _Dist(device.type)
     try:
-        return _run(args, dist)
+        return _run(args, dist, device)
     finally:
         dist.close()
 
 
-def _run(args, dist) -> int:
-    device = _pick_device(args.device, dist.local_rank, dist.on)
+def _run(args, dist, device) -> int:
     out = os.path.abspath(args.out)
     folder = not out.lower().endswith(".npz")
     if dist.on and not folder:
-        raise SystemExit("pcops.preprocess: under torchrun every process writes its own shards: "
+        _die("pcops.preprocess: under torchrun every process writes its own shards: "
                          "give -o a folder, not a .npz file")
     settings = {"npoint": args.npoint, "nsample": args.nsample,
                 "method": "knn" if args.radius is None else "ball_query", "radius": args.radius,
@@ -275,6 +285,7 @@ def _run(args, dist) -> int:
 
     files = [os.path.abspath(f) for f in pio.find_clouds(args.inputs, recursive=True)]
     done, existing = _read_existing(out, folder, settings, args.overwrite, dist)
+    dist.barrier()  # every process has the same view of the cache before any writes to it
     todo = [f for f in files if f not in done]
     mine = todo[dist.rank::dist.world]
     skipped = len(files) - len(todo)
