@@ -190,6 +190,14 @@ def test_stream_on_cpu_equals_batches(seed):
             assert torch.equal(x, y), (i, name)
 
 
+def test_stream_checks_arguments_at_the_call_and_leaves_grad_mode_alone():
+    with pytest.raises(ValueError, match="batch_size"):
+        pcops.preprocess_stream([], 4, 4, batch_size=0, device="cpu")
+    clouds = [np.random.default_rng(0).random((20, 3), dtype=np.float32)] * 2
+    for out in pcops.preprocess_stream(clouds, 4, 4, device="cpu"):
+        assert not torch.is_inference_mode_enabled() and out.idx.is_inference()
+
+
 def test_graphed_needs_cuda():
     with pytest.raises(ValueError, match="CUDA"):
         pcops.GraphedPreprocess(16, 4, device="cpu")

@@ -34,7 +34,7 @@ CloudLike = Union[Tensor, np.ndarray]
 class Preprocessed(NamedTuple):
     """The result of :func:`preprocess` (every tensor on the compute device).
 
-    Attributes:
+    Args:
         centres: ``[B, npoint, 3]`` the FPS samples (normalised when asked); rows past
             ``lengths[b]`` are zeros.
         idx: int64 ``[B, npoint, nsample]`` neighbours of each centre, indices into cloud b's
@@ -48,6 +48,10 @@ class Preprocessed(NamedTuple):
         point_lengths: int64 ``[B]`` points per cloud.
         shift: ``[B, 3]`` and scale: ``[B]``: the normalisation, ``normalised = (xyz - shift) /
             scale`` (zeros and ones without ``normalize``).
+
+    Example:
+        >>> out = pcops.preprocess(torch.rand(1000, 3), 64, 8)
+        >>> valid = out.idx[0, : out.lengths[0]]                   # [64, 8]
     """
 
     centres: Tensor
@@ -372,15 +376,31 @@ def preprocess_stream(clouds: Iterable[CloudLike], npoint: int, nsample: int, *,
     compute stream instead (the baseline the benchmark compares with). With `graphed` each
     batch replays a :class:`GraphedPreprocess` graph.
 
+    Args:
+        clouds: an iterable of clouds ``[N_i, 3]`` (numpy arrays, host tensors or
+            ``pcops.io.Cloud``), read lazily.
+        npoint, nsample, radius, normalize, grouped: as for :func:`preprocess`.
+        batch_size: clouds per batch (the last one may be smaller).
+        device: where to compute; on the CPU the batches are simply computed in turn.
+        graphed: replay CUDA graphs (one per padded batch shape).
+        overlap: the side-stream copies (True) or the plain ones (False).
+
+    Returns:
+        an iterator of :class:`Preprocessed`, one per batch, in order.
+
     Example:
         >>> clouds = (pcops.io.read_cloud(f).xyz for f in pcops.io.find_clouds(["scans/"]))
         >>> for out in pcops.preprocess.preprocess_stream(clouds, 1024, 32, batch_size=8):
         ...     logits = model(out.grouped)
     """
-    _check_settings(npoint, nsample, radius)
+    _check_settings(npoint, nsample, radius)  # checked now, not at the first next()
     if batch_size < 1:
         raise ValueError(f"pcops.preprocess_stream: argument 'batch_size' must be >= 1, got {batch_size}")
-    dev = torch.device(device)
+    return _stream(clouds, npoint, nsample, batch_size, radius, normalize, torch.device(device), grouped,
+                   graphed, overlap)
+
+
+def _stream(clouds, npoint, nsample, batch_size, radius, normalize, dev, grouped, graphed, overlap):
     graph = None
     if graphed and dev.type == "cuda":
         graph = GraphedPreprocess(npoint, nsample, radius=radius, normalize=normalize, grouped=grouped,
@@ -393,38 +413,43 @@ def preprocess_stream(clouds: Iterable[CloudLike], npoint: int, nsample: int, *,
             return graph(xyz, lengths=lengths)
         return _preprocess_padded(xyz, lengths, None, npoint, nsample, radius, normalize, grouped)
 
+    # The contexts are entered per step, never held across a `yield`: the consumer's code
+    # between batches runs in its own grad mode and on its own current device.
     if dev.type != "cuda" or not overlap:
-        with torch.inference_mode():
-            for batch in _chunks(clouds, batch_size):
+        for batch in _chunks(clouds, batch_size):
+            with torch.inference_mode():
                 xyz, lengths, _ = pad_clouds(batch, pad_multiple=pad_multiple)
-                yield compute(xyz.to(dev), lengths.to(dev))
+                out = compute(xyz.to(dev), lengths.to(dev))
+            yield out
         return
 
-    with torch.inference_mode(), torch.cuda.device(dev):
+    with torch.cuda.device(dev):
         compute_stream = torch.cuda.current_stream(dev)
         copy_stream = torch.cuda.Stream(dev)
 
-        def upload(batch):
+    def upload(batch):
+        with torch.inference_mode(), torch.cuda.device(dev):
             xyz_h, len_h, _ = pad_clouds(batch, pad_multiple=pad_multiple, pin_memory=True)
             with torch.cuda.stream(copy_stream):
                 xyz_d = xyz_h.to(dev, non_blocking=True)
                 len_d = len_h.to(dev, non_blocking=True)
                 done = torch.cuda.Event()
                 done.record(copy_stream)
-            return xyz_d, len_d, done
+        return xyz_d, len_d, done
 
-        batches = _chunks(clouds, batch_size)
-        first = next(batches, None)
-        pending = None if first is None else upload(first)
-        while pending is not None:
-            xyz_d, len_d, done = pending
-            compute_stream.wait_event(done)
-            xyz_d.record_stream(compute_stream)
+    batches = _chunks(clouds, batch_size)
+    first = next(batches, None)
+    pending = None if first is None else upload(first)
+    while pending is not None:
+        xyz_d, len_d, done = pending
+        with torch.inference_mode(), torch.cuda.device(dev), torch.cuda.stream(compute_stream):
+            compute_stream.wait_event(done)      # the batch has arrived
+            xyz_d.record_stream(compute_stream)  # and is in use on this stream until its work ends
             len_d.record_stream(compute_stream)
-            out = compute(xyz_d, len_d)  # queued on the compute stream
-            nxt = next(batches, None)    # padded on the host while the GPU computes
-            pending = None if nxt is None else upload(nxt)
-            yield out
+            out = compute(xyz_d, len_d)          # queued on the compute stream
+        nxt = next(batches, None)                # padded on the host while the GPU computes
+        pending = None if nxt is None else upload(nxt)
+        yield out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,3 +461,4 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
+__doc__ = f"{__doc__}\nCalling the module calls preprocess():\n\n    {preprocess.__doc__}"
