@@ -10,6 +10,8 @@ typed, documented wrappers:
     group_backward          that backward as an op of its own (sum of gathered gradients)
     circle_nms              greedy centre-distance NMS for 3-D detection
     circle_nms_mask         the same without host synchronisation (CUDA-graph capturable)
+    io                      point-cloud file readers (npy/npz, PLY, KITTI .bin, PCD, LAS/LAZ)
+    preprocess              inference preprocessing: normalise, FPS, kNN/ball query, group
 """
 from ._loader import load_library as _load_library
 
@@ -20,6 +22,9 @@ from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
 from .knn import knn  # noqa: E402
+from . import io  # noqa: E402  (point-cloud file readers, the preprocess cache)
+from . import preprocess  # noqa: E402  (a callable module: pcops.preprocess(clouds, npoint, nsample))
+from .preprocess import GraphedPreprocess, Preprocessed, preprocess_stream  # noqa: E402
 
 __version__ = "0.1.0"
 WITH_CUDA: bool = _build_info.WITH_CUDA
@@ -34,4 +39,9 @@ __all__ = [
     "group",
     "group_backward",
     "knn",
+    "io",
+    "preprocess",
+    "GraphedPreprocess",
+    "Preprocessed",
+    "preprocess_stream",
 ]
