@@ -265,7 +265,7 @@ def setup_data(args, run):
                            val=val_loader, steps_per_epoch=steps, num_classes=train_set.num_classes)
 
 
-def model_spec(args, data):
+def checkpoint_spec(args, data):
     """What models.evaluate and models.predict need to rebuild the model (checkpoint 'spec')."""
     return dict(name=args.model, num_classes=data.num_classes, grouping=args.grouping, dropout=args.dropout,
                 points=args.points, classes=list(data.train_set.classes), augment=augment_settings(vars(args)))
@@ -340,6 +340,17 @@ def average_buffers(state, world):
     dist.all_reduce(flat)
     flat.div_(world)
     torch._foreach_copy_(tensors, [f.view_as(t) for f, t in zip(flat.split([t.numel() for t in tensors]), tensors)])
+
+
+def same_weights(model, run) -> bool:
+    """Whether every process holds rank 0's parameters and buffers bit for bit (checked once, at
+    the end of a run)."""
+    flat = torch.cat([t.detach().reshape(-1).double() for t in model.state_dict().values()])
+    ref = flat.clone()
+    dist.broadcast(ref, 0)
+    same = torch.tensor([1.0 if torch.equal(ref, flat) else 0.0], device=flat.device)
+    dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    return same.item() == 1.0
 
 
 def first_line(e):
@@ -571,7 +582,7 @@ def train(args, ckpt=None):
     run = setup_processes(args)
     run.batch_size, run.lr, run.lr_desc = batch_and_lr(args, run.world)
     data = setup_data(args, run)
-    spec = model_spec(args, data)
+    spec = checkpoint_spec(args, data)
     state = setup_state(args, run, data, ckpt)
     log = open_log(args, run, config)
     nets = Nets(state.model, args, log)
@@ -613,6 +624,8 @@ def train(args, ckpt=None):
             write_metrics(args.out, state.history)
             save_checkpoints(args, data, state, config, spec, improved, val_acc)
 
+    if run.ddp and epoch_times:
+        log(f"weights identical in the {run.world} processes: {'yes' if same_weights(state.model, run) else 'NO'}")
     voted = None
     if state.history and epoch_times and args.final_votes > 1 and data.val is not None:
         voted = evaluate_epoch(args, run, data, nets, state, votes=args.final_votes)
