@@ -17,7 +17,12 @@ compile-bf16-<mode> for any torch.compile mode (e.g. compile-bf16-max-autotune-n
 torchops-fp32 is the baseline in the same run: the same model, eager, with FPS, ball query / kNN
 and group written in plain PyTorch as a user would (the functions the op benchmarks time: an FPS
 loop, cdist + topk, gather), so the speed-up of the pcops rows is measured on this machine.
-fp32 uses TF32 matmuls unless --no-tf32. Configurations not started within --time-limit seconds
+fp32 uses TF32 matmuls unless --no-tf32.
+Under torchrun (WORLD_SIZE > 1) every process times the same step on its own GPU, with the
+gradients averaged over the processes after the backward pass as models.train does it
+(models.train.average_gradients: one NCCL all-reduce of a flat buffer); rank 0 prints. Compare
+    python benchmarks/bench_train_step.py --configs compile-bf16-reduce-overhead --points 736
+    torchrun --nproc_per_node 2 benchmarks/bench_train_step.py --configs compile-bf16-reduce-overhead --points 736 Configurations not started within --time-limit seconds
 are skipped, so that a run with slow compilations still prints its table.
 """
 import argparse
@@ -42,6 +47,9 @@ from common import environment_header, fmt_ms, print_table, time_fn  # noqa: E40
 from models import pointnet2  # noqa: E402
 from models.data import ProceduralShapes  # noqa: E402
 from models.pointnet2 import build_model  # noqa: E402
+from models.train import average_gradients  # noqa: E402
+
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 
 GPU_CONFIGS = ["eager-fp32", "compile-bf16", "eager-bf16", "compile-fp32", "compile-bf16-reduce-overhead",
                "torchops-fp32"]
@@ -97,11 +105,14 @@ def _run_config(name, args, device, xyz, labels, compiled, bf16, mode):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, **({"fused": True} if device.type == "cuda" else {}))
     net = torch.compile(model, mode=mode, dynamic=False) if compiled else model
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+    params = list(model.parameters())
 
     def train_step():
         with autocast:
             logits = net(xyz)
         F.cross_entropy(logits.float(), labels).backward()
+        if WORLD > 1:
+            average_gradients(params, WORLD)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -184,6 +195,16 @@ def main():
     p.add_argument("--out", default=None, help="append the table to this file")
     args = p.parse_args()
     device = torch.device(args.device)
+    if WORLD > 1:  # torchrun: one GPU per process, rank 0 reports
+        import torch.distributed as dist
+
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        if dist.get_rank() != 0:
+            sys.stdout = open(os.devnull, "w")
+        args.out = args.out if dist.get_rank() == 0 else None
     if args.quick:
         args.batch, args.points, args.warmup, args.reps = 2, 600, 1, 3
     configs = args.configs or (GPU_CONFIGS if device.type == "cuda" else CPU_CONFIGS)
@@ -196,7 +217,8 @@ def main():
     xyz, labels = shapes.points.to(device), torch.randint(0, 40, (args.batch,), device=device)
 
     header = environment_header()
-    header.append(f"PointNet++ {args.model} ({args.grouping}), B={args.batch}, N={args.points}, "
+    header.append(f"PointNet++ {args.model} ({args.grouping}), B={args.batch}"
+                  f"{f' per process x {WORLD} processes (gradients all-reduced)' if WORLD > 1 else ''}, N={args.points}, "
                   f"Adam, TF32 {'on' if args.tf32 else 'off'}, warm-up {args.warmup}, median of {args.reps}")
     print("\n".join(header), flush=True)
     rows, best, t_start = [], None, time.perf_counter()

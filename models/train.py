@@ -149,6 +149,9 @@ def build_parser():
                    help="CPU threads of torch on a CPU device (default 1: this model's ops are too small "
                         "to gain from more, and on a busy machine more threads lose several-fold; scale "
                         "out with torchrun --nproc_per_node instead)")
+    g.add_argument("--dist-backend", default="auto", choices=["auto", "nccl", "gloo"],
+                   help="under torchrun (auto: nccl on GPUs, gloo on CPUs; gloo also lets several "
+                        "processes share one GPU, for tests)")
     g.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True,
                    help="TF32 matmuls for the fp32 parts on CUDA")
     g = p.add_argument_group("run")
@@ -202,10 +205,11 @@ def setup_processes(args):
     if ddp:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if device.type == "cuda":
-            device = torch.device("cuda", local_rank)
+        if device.type == "cuda":  # one GPU per process (modulo: gloo tests share one GPU)
+            device = torch.device("cuda", local_rank % torch.cuda.device_count())
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        backend = args.dist_backend if args.dist_backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
     if device.type == "cuda" and args.tf32:
