@@ -17,13 +17,15 @@ compile-bf16-<mode> for any torch.compile mode (e.g. compile-bf16-max-autotune-n
 torchops-fp32 is the baseline in the same run: the same model, eager, with FPS, ball query / kNN
 and group written in plain PyTorch as a user would (the functions the op benchmarks time: an FPS
 loop, cdist + topk, gather), so the speed-up of the pcops rows is measured on this machine.
-fp32 uses TF32 matmuls unless --no-tf32.
+fp32 uses TF32 matmuls unless --no-tf32. Configurations not started within --time-limit seconds
+are skipped, so that a run with slow compilations still prints its table.
+
 Under torchrun (WORLD_SIZE > 1) every process times the same step on its own GPU, with the
 gradients averaged over the processes after the backward pass as models.train does it
 (models.train.average_gradients: one NCCL all-reduce of a flat buffer); rank 0 prints. Compare
     python benchmarks/bench_train_step.py --configs compile-bf16-reduce-overhead --points 736
-    torchrun --nproc_per_node 2 benchmarks/bench_train_step.py --configs compile-bf16-reduce-overhead --points 736 Configurations not started within --time-limit seconds
-are skipped, so that a run with slow compilations still prints its table.
+    torchrun --nproc_per_node 2 benchmarks/bench_train_step.py --configs compile-bf16-reduce-overhead \
+        --points 736
 """
 import argparse
 import contextlib
@@ -218,7 +220,8 @@ def main():
 
     header = environment_header()
     header.append(f"PointNet++ {args.model} ({args.grouping}), B={args.batch}"
-                  f"{f' per process x {WORLD} processes (gradients all-reduced)' if WORLD > 1 else ''}, N={args.points}, "
+                  f"{f' per process x {WORLD} processes (gradients all-reduced)' if WORLD > 1 else ''}, "
+                  f"N={args.points}, "
                   f"Adam, TF32 {'on' if args.tf32 else 'off'}, warm-up {args.warmup}, median of {args.reps}")
     print("\n".join(header), flush=True)
     rows, best, t_start = [], None, time.perf_counter()

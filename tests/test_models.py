@@ -492,7 +492,8 @@ def test_time_budget_plans_then_only_cuts():
 
 def test_train_on_npz_file(tmp_path, gen, capsys):
     pts = D.ProceduralShapes(40, 160, seed=1).materialize()
-    np.savez(tmp_path / "tiny.npz", points=pts.points.numpy().astype(np.float16), labels=pts.labels.numpy().astype(np.uint8),
+    np.savez(tmp_path / "tiny.npz", points=pts.points.numpy().astype(np.float16),
+             labels=pts.labels.numpy().astype(np.uint8),
              classes=np.array(D.ProceduralShapes.classes), val=np.arange(40) % 4 == 0)
     # a time budget that is spent already: the run stops once epoch 2 has timed an epoch
     history = train_main(["--data", str(tmp_path / "tiny.npz"), "--model", "ssg-lite", "--epochs", "5",
