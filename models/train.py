@@ -352,9 +352,9 @@ def same_weights(model, run) -> bool:
     flat = torch.cat([t.detach().reshape(-1).double() for t in model.state_dict().values()])
     ref = flat.clone()
     dist.broadcast(ref, 0)
-    same = torch.tensor([1.0 if torch.equal(ref, flat) else 0.0], device=flat.device)
-    dist.all_reduce(same, op=dist.ReduceOp.MIN)
-    return same.item() == 1.0
+    differs = torch.tensor([0.0 if torch.equal(ref, flat) else 1.0], device=flat.device)
+    dist.all_reduce(differs)  # a sum (gloo reduces CUDA tensors with SUM and a few ops only)
+    return differs.item() == 0.0
 
 
 def first_line(e):

@@ -557,9 +557,11 @@ def test_ddp_two_processes(tmp_path):
     assert "final weights with test-time voting (2 copies per shape)" in proc.stdout
     two = read_metrics(tmp_path / "ddp" / "metrics.csv")
     assert len(two) == len(one) == 2
-    for a, b in zip(one, two):
+    # epoch 1 starts from the same weights: only BatchNorm's statistics differ (2.2550 vs 2.2535
+    # here); then the weights drift apart by that difference (epoch 2: 1.71 vs 1.84)
+    for a, b, rel in zip(one, two, (0.02, 0.15)):
         assert float(a["lr"]) == float(b["lr"])
-        assert float(b["train_loss"]) == pytest.approx(a["train_loss"], rel=0.1), (one, two)
+        assert float(b["train_loss"]) == pytest.approx(a["train_loss"], rel=rel), (one, two)
 
 
 def test_ddp_cuda_graphs(cuda, tmp_path):
