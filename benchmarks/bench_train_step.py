@@ -22,7 +22,7 @@ are skipped, so that a run with slow compilations still prints its table.
 
 Under torchrun (WORLD_SIZE > 1) every process times the same step on its own GPU, with the
 gradients averaged over the processes after the backward pass as models.train does it
-(models.train.average_gradients: one NCCL all-reduce of a flat buffer); rank 0 prints. Compare
+(models.distributed.average_gradients: one NCCL all-reduce of a flat buffer); rank 0 prints. Compare
     python benchmarks/bench_train_step.py --configs compile-bf16-reduce-overhead --points 736
     torchrun --nproc_per_node 2 benchmarks/bench_train_step.py --configs compile-bf16-reduce-overhead \
         --points 736
@@ -49,7 +49,7 @@ from common import environment_header, fmt_ms, print_table, time_fn  # noqa: E40
 from models import pointnet2  # noqa: E402
 from models.data import ProceduralShapes  # noqa: E402
 from models.pointnet2 import build_model  # noqa: E402
-from models.train import average_gradients  # noqa: E402
+from models.distributed import average_gradients  # noqa: E402
 
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 

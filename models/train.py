@@ -37,6 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from models.checkpoint import augment_settings, save_checkpoint  # noqa: E402
 from models.data import Augment, DeviceLoader, load_data  # noqa: E402
+from models.distributed import average_buffers, average_gradients, broadcast_tensors, same_weights  # noqa: E402
 from models.evaluate import evaluate  # noqa: E402
 from models.history import plot_curves, write_metrics  # noqa: E402
 from models.optim import EMA, epochs_within_budget, lr_at, make_optimizer  # noqa: E402
@@ -297,64 +298,6 @@ def setup_state(args, run, data, ckpt):
         tensors = list(model.state_dict().values()) + (ema.shadow if ema is not None else [])
         broadcast_tensors(tensors)
     return state
-
-
-# ---------------------------------------------------------------------------------------------
-# several processes: gradients and BatchNorm statistics
-
-
-def broadcast_tensors(tensors, src=0):
-    """Copy rank src's values of these tensors to every process, one broadcast per dtype."""
-    by_dtype = {}
-    for t in tensors:
-        by_dtype.setdefault(t.dtype, []).append(t)
-    for group in by_dtype.values():
-        flat = torch.cat([t.detach().reshape(-1) for t in group])
-        dist.broadcast(flat, src)
-        parts = [f.view_as(t) for f, t in zip(flat.split([t.numel() for t in group]), group)]
-        with torch.no_grad():
-            torch._foreach_copy_([t.detach() for t in group], parts)
-
-
-def average_gradients(params, world):
-    """Average .grad over the processes: one all-reduce of one flat buffer, whose slices become
-    the parameters' .grad (no host sync; a parameter without a gradient counts as zero).
-
-    This is what DistributedDataParallel does, without its autograd hooks: the training step
-    (forward and backward, compiled and captured as CUDA graphs under reduce-overhead) is the
-    one-process step unchanged, and the all-reduce runs between it and the optimizer step. The
-    price is no overlap of the all-reduce with the backward pass: for the 1.5 M parameters of
-    SSG (6 MB) that is tens of microseconds on NVLink."""
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    flat.div_(world)
-    for p, g in zip(params, flat.split([q.numel() for q in params])):
-        p.grad = g.view_as(p)
-
-
-@torch.no_grad()
-def average_buffers(state, world):
-    """Average the floating-point buffers (BatchNorm running statistics, which each process
-    updates from its own rows) and the EMA over the processes, before evaluating and saving."""
-    tensors = [b for b in state.model.buffers() if b.dtype.is_floating_point]
-    if state.ema is not None:
-        tensors += state.ema.shadow
-    flat = torch.cat([t.reshape(-1) for t in tensors])
-    dist.all_reduce(flat)
-    flat.div_(world)
-    torch._foreach_copy_(tensors, [f.view_as(t) for f, t in zip(flat.split([t.numel() for t in tensors]), tensors)])
-
-
-def same_weights(model, run) -> bool:
-    """Whether every process holds rank 0's parameters and buffers bit for bit (checked once, at
-    the end of a run)."""
-    flat = torch.cat([t.detach().reshape(-1).double() for t in model.state_dict().values()])
-    ref = flat.clone()
-    dist.broadcast(ref, 0)
-    differs = torch.tensor([0.0 if torch.equal(ref, flat) else 1.0], device=flat.device)
-    dist.all_reduce(differs)  # a sum (gloo reduces CUDA tensors with SUM and a few ops only)
-    return differs.item() == 0.0
 
 
 def first_line(e):
@@ -629,7 +572,7 @@ def train(args, ckpt=None):
             save_checkpoints(args, data, state, config, spec, improved, val_acc)
 
     if run.ddp and epoch_times:
-        log(f"weights identical in the {run.world} processes: {'yes' if same_weights(state.model, run) else 'NO'}")
+        log(f"weights identical in the {run.world} processes: {'yes' if same_weights(state.model) else 'NO'}")
     voted = None
     if state.history and epoch_times and args.final_votes > 1 and data.val is not None:
         voted = evaluate_epoch(args, run, data, nets, state, votes=args.final_votes)
