@@ -528,14 +528,14 @@ def read_cloud(path: Union[str, os.PathLike], *, nan: str = "keep") -> Cloud:
     if nan not in ("keep", "drop", "raise"):
         raise ValueError(f"pcops.io.read_cloud: argument 'nan' must be 'keep', 'drop' or 'raise', got {nan!r}")
     path = os.fspath(path)
+    if not os.path.exists(path):
+        _fail(path, "no such file or folder")
+    if os.path.isdir(path):
+        _fail(path, "is a folder, not a file")
     ext = os.path.splitext(path)[1].lower()
     reader = _READERS.get(ext)
     if reader is None:
         _fail(path, f"unknown format '{ext or '(no extension)'}' (supported: {', '.join(SUPPORTED_EXTENSIONS)})")
-    if os.path.isdir(path):
-        _fail(path, "is a folder, not a file")
-    if not os.path.exists(path):
-        _fail(path, "no such file")
     try:
         xyz, fields = reader(path)
     except CloudReadError:

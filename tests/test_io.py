@@ -226,6 +226,26 @@ def test_las_without_laspy_is_a_clear_error(tmp_path, monkeypatch):
     expect_error(p, "laspy")
 
 
+def test_ply_vertex_after_another_element(tmp_path, cloud):
+    # A fixed-size element before the vertices (binary): skipped by its size; ASCII: by its lines.
+    n = cloud["xyz"].shape[0]
+    for fmt in ("binary_little_endian", "ascii"):
+        p = tmp_path / f"cam_{fmt}.ply"
+        head = (f"ply\nformat {fmt} 1.0\nelement camera 2\nproperty double view\nproperty uchar id\n"
+                f"element vertex {n}\nproperty float x\nproperty float y\nproperty float z\nend_header\n")
+        with open(p, "wb") as f:
+            f.write(head.encode())
+            if fmt == "ascii":
+                f.write(b"1.5 1\n2.5 2\n")
+                f.write("".join(" ".join(repr(float(v)) for v in r) + "\n" for r in cloud["xyz"]).encode())
+            else:
+                cam = np.array([(1.5, 1), (2.5, 2)], dtype=[("view", "<f8"), ("id", "u1")])
+                f.write(cam.tobytes() + cloud["xyz"].astype("<f4").tobytes())
+        got = pio.read_cloud(p)
+        np.testing.assert_array_equal(got.xyz, cloud["xyz"])
+        assert got.fields == {}
+
+
 def test_empty_cloud_is_read_whole(tmp_path):
     p = tmp_path / "e.ply"
     p.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 0\nproperty float x\n"
@@ -390,6 +410,7 @@ def test_unknown_missing_and_folder(tmp_path):
     p.write_text("1 2 3\n")
     expect_error(p, "unknown format '.xyz'", ".ply")
     expect_error(tmp_path / "none.ply", "no such file")
+    expect_error(tmp_path / "typo_folder", "no such file")
     d = tmp_path / "dir.ply"
     d.mkdir()
     expect_error(d, "folder")

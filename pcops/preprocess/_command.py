@@ -284,6 +284,8 @@ def _run(args, dist, device) -> int:
     dist.barrier()
 
     files = [os.path.abspath(f) for f in pio.find_clouds(args.inputs, recursive=True)]
+    if not files:
+        _die(f"pcops.preprocess: no cloud files ({' '.join(pio.SUPPORTED_EXTENSIONS)}) in {' '.join(args.inputs)}")
     done, existing = _read_existing(out, folder, settings, args.overwrite, dist)
     dist.barrier()  # every process has the same view of the cache before any writes to it
     todo = [f for f in files if f not in done]
