@@ -10,6 +10,10 @@ typed, documented wrappers:
     group_backward          that backward as an op of its own (sum of gathered gradients)
     circle_nms              greedy centre-distance NMS for 3-D detection
     circle_nms_mask         the same without host synchronisation (CUDA-graph capturable)
+    three_nn                the 3 nearest known points (feature propagation)
+    interpolate             weighted gather of neighbour features, deterministic backward
+    three_interpolate       interpolate under the PointNet++ name
+    compat                  drop-in APIs of pointnet2_ops, PyTorch3D and torch_cluster
 """
 from ._loader import load_library as _load_library
 
@@ -20,6 +24,8 @@ from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
 from .knn import knn  # noqa: E402
+from .interpolate import interpolate, three_interpolate, three_nn  # noqa: E402
+from . import compat  # noqa: E402
 
 __version__ = "0.1.0"
 WITH_CUDA: bool = _build_info.WITH_CUDA
@@ -34,4 +40,8 @@ __all__ = [
     "group",
     "group_backward",
     "knn",
+    "compat",
+    "interpolate",
+    "three_interpolate",
+    "three_nn",
 ]
