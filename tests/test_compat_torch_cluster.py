@@ -54,6 +54,7 @@ def knn_naive(x, y, k, batch_x, batch_y):
 
 def radius_naive(x, y, r, batch_x, batch_y, max_num, ignore_same_index=False):
     x, y = x.detach().cpu().double(), y.detach().cpu().double()
+    batch_x, batch_y = batch_x.cpu(), batch_y.cpu()
     rows, cols = [], []
     for i in range(len(y)):
         found = 0
@@ -209,3 +210,18 @@ def test_torch_cluster_style_client_code(device, gen):
         pcops.compat.uninstall("torch_cluster")
     assert "torch_cluster" not in sys.modules or not getattr(
         sys.modules["torch_cluster"], "__pcops_compat__", False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_fps_sample_counts_round_like_torch_cluster(dtype):
+    """torch_cluster computes ceil(n * ratio) in the dtype of the points (ratio as a tensor of
+    that dtype); so does the compat fps, for the batched and the single-cloud path."""
+    for n in range(0, 600, 7):
+        for ratio in (0.1, 0.3, 0.5, 0.7, 1 / 3, 0.9999):
+            exp = int(torch.ceil(torch.tensor(float(n), dtype=dtype) * torch.tensor(ratio, dtype=dtype)))
+            assert tc._samples(n, ratio, dtype) == exp, (n, ratio)
+    x = torch.rand(30, 3, dtype=torch.float64).to(dtype)
+    batch = torch.zeros(30, dtype=torch.long)
+    exp = int(torch.ceil(torch.tensor(30.0, dtype=dtype) * torch.tensor(0.3, dtype=dtype)))
+    assert len(tc.fps(x, None, 0.3, False)) == exp
+    assert len(tc.fps(x, batch, 0.3, False, batch_size=2)) == exp  # the batched path

@@ -85,7 +85,9 @@ def three_nn(unknown: Tensor, known: Tensor) -> Tuple[Tensor, Tensor]:
     ones, as pointnet2_ops returns them), sorted, and int32 indices. Not differentiable (as
     there). With fewer than 3 known points the missing slots hold index 0 and distance inf."""
     dist2, idx = torch.ops.pcops.knn.default(unknown.detach(), known.detach(), 3)
-    return dist2.sqrt_(), idx.clamp_(min=0).to(torch.int32)
+    if known.shape[1] < 3:  # a shape test, no synchronisation: only then can a slot be empty
+        idx = idx.clamp_(min=0)
+    return dist2.sqrt_(), idx.to(torch.int32)
 
 
 def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:

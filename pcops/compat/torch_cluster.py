@@ -19,8 +19,10 @@ NotImplementedError), ``cosine=True`` raises NotImplementedError; FPS distances 
 in index order) and kNN has no 1e10 sentinel (torch_cluster drops neighbours farther than 1e5
 units) nor a k <= 100 limit; ties go to the lower index on CPU and CUDA.
 """
-from typing import Optional, Tuple
+import math
+from typing import Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -65,9 +67,9 @@ def _pack(x: Tensor, batch: Tensor, B: int):
     ptr = F.pad(counts.cumsum(0), (1, 0))
     L = int(counts.max()) if B > 0 else 0
     pos = torch.arange(x.shape[0], device=x.device) - ptr[batch]
-    padded = x.new_zeros((B, L, x.shape[1]))
-    padded[batch, pos] = x
-    return padded, counts, ptr, pos
+    # index_copy_ on the flattened rows (advanced-index assignment is ~400x slower on the CPU)
+    padded = x.new_zeros((B * L, x.shape[1])).index_copy_(0, batch * L + pos, x)
+    return padded.view(B, L, x.shape[1]), counts, ptr, pos
 
 
 def _batch_size(batch_size: Optional[int], *batches: Optional[Tensor]) -> int:
@@ -78,6 +80,16 @@ def _batch_size(batch_size: Optional[int], *batches: Optional[Tensor]) -> int:
         if b is not None and b.numel() > 0:
             size = max(size, int(b[-1]) + 1)  # sorted: the last id is the largest
     return size
+
+
+def _samples(n: int, ratio: float, dtype: torch.dtype) -> int:
+    """ceil(n * ratio) rounded as torch_cluster computes it, in the dtype of the points (in
+    float32 0.3 * 30 is 9.0000003 -> 10 samples), without creating a tensor."""
+    if dtype == torch.float64:
+        return math.ceil(float(n) * ratio)
+    if dtype == torch.float32:
+        return math.ceil(float(np.float32(n) * np.float32(ratio)))
+    return int(torch.ceil(torch.tensor(float(n), dtype=dtype) * torch.tensor(ratio, dtype=dtype)))
 
 
 def fps(
@@ -106,7 +118,7 @@ def fps(
     _check_batch(batch, x.shape[0], "fps", "batch")
     if batch is None:
         n = x.shape[0]
-        k = int(torch.ceil(torch.tensor(float(n), dtype=x.dtype) * r))
+        k = _samples(n, r, x.dtype)
         if k == 0:
             return torch.empty(0, dtype=torch.long, device=x.device)
         idx, _ = torch.ops.pcops.furthest_point_sample.default(
@@ -116,7 +128,7 @@ def fps(
     B = _batch_size(batch_size, batch)
     padded, counts, ptr_vec, _ = _pack(x.detach(), batch, B)
     # samples per cloud, computed as torch_cluster does (in the dtype of src)
-    per_cloud = torch.ceil(counts.to(x.dtype) * r).long()
+    per_cloud = torch.ceil(counts.to(x.dtype) * torch.tensor(r, dtype=x.dtype)).long()
     K = int(per_cloud.max()) if B > 0 else 0
     if K == 0:
         return torch.empty(0, dtype=torch.long, device=x.device)
