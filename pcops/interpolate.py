@@ -55,14 +55,35 @@ def interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
 
     Returns:
         ``[B, M, C]`` in the dtype of ``features``.
+
+    Example:
+        >>> feats = torch.randn(2, 128, 64)                          # [B, N, C] at 128 points
+        >>> idx = torch.tensor([[[0, 5, -1]]]).expand(2, 1024, 3)   # [B, M, K]
+        >>> weight = torch.full((2, 1024, 3), 0.5)
+        >>> pcops.interpolate(feats, idx, weight).shape              # 0.5 f[0] + 0.5 f[5]
+        torch.Size([2, 1024, 64])
     """
     return torch.ops.pcops.interpolate.default(features, idx, weight)
 
 
 def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
-    """:func:`interpolate` under the PointNet++ name (``idx`` and ``weight`` usually
-    ``[B, M, 3]`` from :func:`three_nn`; any K works). Channels last: ``features`` is
-    ``[B, N, C]``; ``pcops.compat.pointnet2_ops.three_interpolate`` takes ``[B, C, N]``."""
+    """:func:`interpolate` under the PointNet++ name. Channels last: ``features`` is
+    ``[B, N, C]`` (``pcops.compat.pointnet2_ops.three_interpolate`` takes ``[B, C, N]``).
+
+    Args:
+        features: ``[B, N, C]`` features of the known (sparse) points.
+        idx: int64 ``[B, M, 3]`` from :func:`three_nn` (any K works; -1 adds nothing).
+        weight: ``[B, M, 3]``, the dtype of ``features``.
+
+    Returns:
+        ``[B, M, C]``: the weighted sums, differentiable as :func:`interpolate`.
+
+    Example:
+        >>> dist2, idx = pcops.three_nn(xyz_dense, xyz_sparse)      # [B, M, 3] each
+        >>> w = 1.0 / dist2.clamp_min(1e-10)                         # the paper's p = 2
+        >>> w = w / w.sum(-1, keepdim=True)
+        >>> feats_dense = pcops.three_interpolate(feats_sparse, idx, w)
+    """
     return torch.ops.pcops.interpolate.default(features, idx, weight)
 
 
