@@ -410,3 +410,32 @@ def test_client_code_float32_training_step(client, device, gen):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0], losses
+
+
+def test_installed_pointnet2_modules_match_the_client_modules(client, device, gen):
+    """pointnet2_ops.pointnet2_modules (served by pcops.compat.pointnet2_modules) computes what
+    the client's own modules compute, forward and backward."""
+    from pointnet2_ops import pointnet2_modules as pm
+    from pointnet2_ops.pointnet2_modules import PointnetFPModule, PointnetSAModuleMSG  # noqa: F401
+
+    torch.manual_seed(0)
+    ours = torch.nn.ModuleList([pm.PointnetSAModuleMSG(32, [0.2, 0.4], [8, 16], [[3, 8], [3, 16]]),
+                                pm.PointnetSAModule([24, 32]), pm.PointnetFPModule([32 + 24, 16]),
+                                pm.PointnetFPModule([16 + 3, 8])]).to(device).double()
+    theirs = torch.nn.ModuleList([client.PointnetSAModuleMSG(32, [0.2, 0.4], [8, 16], [[3, 8], [3, 16]]),
+                                  client.PointnetSAModule([24, 32]), client.PointnetFPModule([32 + 24, 16]),
+                                  client.PointnetFPModule([16 + 3, 8])]).to(device).double()
+    theirs.load_state_dict(ours.state_dict())
+    xyz = rand_points(2, 128, gen, dtype=torch.float64, device=device)
+    outs = []
+    for net in (ours, theirs):
+        feats = xyz.transpose(1, 2).contiguous().requires_grad_()
+        l1_xyz, l1 = net[0](xyz, feats)
+        _, l2 = net[1](l1_xyz, l1)
+        up = net[2](l1_xyz, None, l1, l2)
+        out = net[3](xyz, l1_xyz, feats, up)
+        out.square().sum().backward()
+        outs.append((out, feats.grad))
+    assert outs[0][0].shape == (2, 8, 128)
+    assert_close(outs[0][0], outs[1][0], atol=1e-10, what="modules output")
+    assert_close(outs[0][1], outs[1][1], atol=1e-9, what="modules input grad")

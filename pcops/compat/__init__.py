@@ -1,6 +1,7 @@
 """Drop-in APIs of other point-cloud libraries, on top of the pcops ops.
 
     pcops.compat.pointnet2_ops   ``pointnet2_utils`` of Pointnet2_PyTorch (erikwijmans)
+    pcops.compat.pointnet2_modules  its ``pointnet2_modules`` (SA, SA-MSG and FP modules)
     pcops.compat.pytorch3d       ``pytorch3d.ops``: sample_farthest_points, knn_points,
                                  knn_gather, ball_query
     pcops.compat.torch_cluster   ``torch_cluster``: fps, knn, knn_graph, radius, radius_graph
@@ -21,9 +22,10 @@ README ("Coming from pointnet2_ops / PyTorch3D / torch_cluster").
 import sys
 import types
 
-from . import pointnet2_ops, pytorch3d, torch_cluster
+from . import pointnet2_modules, pointnet2_ops, pytorch3d, torch_cluster
 
-__all__ = ["install", "uninstall", "pointnet2_ops", "pytorch3d", "torch_cluster"]
+__all__ = ["install", "uninstall", "pointnet2_modules", "pointnet2_ops", "pytorch3d",
+           "torch_cluster"]
 
 _INSTALLED = {}  # module name -> what sys.modules held before (None: nothing)
 
@@ -44,8 +46,10 @@ def _modules(library: str):
             "pointnet2_ops",
             "pointnet2_ops served by pcops.compat.pointnet2_ops",
             pointnet2_utils=pointnet2_ops,
+            pointnet2_modules=pointnet2_modules,
         )
-        return {"pointnet2_ops": pkg, "pointnet2_ops.pointnet2_utils": pointnet2_ops}
+        return {"pointnet2_ops": pkg, "pointnet2_ops.pointnet2_utils": pointnet2_ops,
+                "pointnet2_ops.pointnet2_modules": pointnet2_modules}
     if library == "pytorch3d":
         ops = pytorch3d
         pkg = _package("pytorch3d", "pytorch3d served by pcops.compat.pytorch3d", ops=ops)
