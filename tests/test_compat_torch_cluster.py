@@ -199,8 +199,8 @@ def test_torch_cluster_style_client_code(device, gen):
         idx = fps(pos, batch, ratio=0.25)
         row, col = radius(pos, pos[idx], 0.2, batch, batch[idx], max_num_neighbors=16)
         edge_feat = pos[col] - pos[idx][row]
-        pooled = torch.zeros(len(idx), 3, device=device).index_reduce_(
-            0, row, edge_feat.square(), "amax", include_self=False)
+        pooled = torch.zeros(len(idx), 3, device=device).scatter_reduce(
+            0, row[:, None].expand(-1, 3), edge_feat.square(), "amax", include_self=False)
         pooled.sum().backward()
         assert torch.isfinite(pos.grad).all()
         assert (batch[col] == batch[idx][row]).all()
