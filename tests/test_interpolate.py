@@ -155,3 +155,26 @@ def test_three_nn_is_knn_of_three(device, gen):
     w = torch.ones_like(d2)
     assert_close(pcops.three_interpolate(feats, i2, w), feats.sum(1, keepdim=True).expand(2, 100, 4),
                  atol=1e-6, what="interpolation with a -1 slot")
+
+
+def test_registered_with_its_schema():
+    op = torch.ops.pcops.interpolate.default
+    assert op._schema.name == "pcops::interpolate"
+    assert [a.name for a in op._schema.arguments] == ["features", "idx", "weight"]
+
+
+def test_cuda_graph_capture(cuda, gen):
+    """No host synchronisation on CUDA: the op can be captured and replayed on new values."""
+    features, idx, weight = random_case(2, 50, 70, 3, 16, gen, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        pcops.interpolate(features, idx, weight)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = pcops.interpolate(features, idx, weight)
+    features.mul_(2.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_equal(out, pcops.interpolate(features, idx, weight), what="replayed graph")
