@@ -61,4 +61,9 @@ TORCH_LIBRARY(pcops, m) {
     m.def(
         "circle_nms_mask(Tensor centers, Tensor scores, float radius, Tensor? groups=None) "
         "-> Tensor");
+
+    // features[B,N,C], idx[B,M,K] int64, weight[B,M,K] -> out[B,M,C]: the weighted sum of the K
+    // gathered feature rows (PointNet++ feature propagation; K = 3 for three_interpolate),
+    // added in ascending k; idx -1 adds nothing. Backward composed from group/group_backward.
+    m.def("interpolate(Tensor features, Tensor idx, Tensor weight) -> Tensor");
 }

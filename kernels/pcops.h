@@ -173,6 +173,21 @@ pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_
                                   double radius2, void* workspace, bool* keep_mask,
                                   int64_t* keep_idx, int64_t* num_kept);
 
+/* ------------------------------------------------------------------------------------------
+ * Interpolate (kernels/interpolate.c, kernels/interpolate.cu): PointNet++ feature propagation
+ *
+ *   features[B,N,C], idx[B,M,K] (int64), weight[B,M,K] -> out[B,M,C],
+ *   out[b,m,c] = sum over k of weight[b,m,k] * features[b, idx[b,m,k], c]
+ *
+ * The products are added in ascending k starting from 0, without FMA contraction, so the CPU
+ * and CUDA give the same bits. Slots with an index outside [0, N) (-1) add nothing.
+ * dtype: FLOAT32 or FLOAT64 (features and weight share it). The backward is composed by the
+ * caller from group / group_backward (deterministic).
+ * ---------------------------------------------------------------------------------------- */
+pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
+                                   const void* weight, int64_t B, int64_t N, int64_t C,
+                                   int64_t M, int64_t K, void* out);
+
 #ifdef PCOPS_HAVE_CUDA_API
 /* ------------------------------------------------------------------------------------------
  * CUDA launchers: same arguments and semantics as the CPU functions above, all pointers on
@@ -221,6 +236,10 @@ cudaError_t pcops_circle_nms_cuda(pcops_dtype dtype, const void* centers, int64_
                                   const int64_t* order, const int64_t* groups, int64_t N,
                                   double radius2, void* workspace, bool* keep_mask,
                                   int64_t* keep_idx, int64_t* num_kept, cudaStream_t stream);
+/* Interpolate on CUDA (see pcops_interpolate_cpu). */
+cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* features, const int64_t* idx,
+                                   const void* weight, int64_t B, int64_t N, int64_t C,
+                                   int64_t M, int64_t K, void* out, cudaStream_t stream);
 #endif /* PCOPS_HAVE_CUDA_API */
 
 #ifdef __cplusplus

@@ -12,6 +12,10 @@ typed, documented wrappers:
     circle_nms_mask         the same without host synchronisation (CUDA-graph capturable)
     io                      point-cloud file readers (npy/npz, PLY, KITTI .bin, PCD, LAS/LAZ)
     preprocess              inference preprocessing: normalise, FPS, kNN/ball query, group
+    three_nn                the 3 nearest known points (feature propagation)
+    interpolate             weighted gather of neighbour features, deterministic backward
+    three_interpolate       interpolate under the PointNet++ name
+    compat                  drop-in APIs of pointnet2_ops, PyTorch3D and torch_cluster
 """
 from ._loader import load_library as _load_library
 
@@ -25,6 +29,8 @@ from .knn import knn  # noqa: E402
 from . import io  # noqa: E402  (point-cloud file readers, the preprocess cache)
 from . import preprocess  # noqa: E402  (a callable module: pcops.preprocess(clouds, npoint, nsample))
 from .preprocess import GraphedPreprocess, Preprocessed, preprocess_stream  # noqa: E402
+from .interpolate import interpolate, three_interpolate, three_nn  # noqa: E402
+from . import compat  # noqa: E402
 
 __version__ = "0.1.0"
 WITH_CUDA: bool = _build_info.WITH_CUDA
@@ -44,4 +50,8 @@ __all__ = [
     "GraphedPreprocess",
     "Preprocessed",
     "preprocess_stream",
+    "compat",
+    "interpolate",
+    "three_interpolate",
+    "three_nn",
 ]

@@ -1,0 +1,93 @@
+// interpolate.cpp -- binding of interpolate (weighted gather for PointNet++ feature
+// propagation): checks, allocation, dispatch to kernels/interpolate.*.
+#include <torch/library.h>
+
+#include "utils.h"
+
+namespace pcops {
+namespace {
+
+constexpr const char* kOp = "interpolate";
+
+struct InterpolateCall {
+    at::Tensor features;  // [B,N,C] contiguous, float32/float64 (half types as float32)
+    at::Tensor idx;       // [B,M,K] int64 contiguous
+    at::Tensor weight;    // [B,M,K] contiguous, features' compute dtype
+    at::Tensor out;       // [B,M,C] in the compute dtype
+    int64_t B, N, C, M, K;
+};
+
+InterpolateCall prepare(const at::Tensor& features, const at::Tensor& idx,
+                        const at::Tensor& weight) {
+    check_float_tensor(kOp, "features", features, 3, -1, "[B, N, C]");
+    check_float_dtype(kOp, "features", features);
+    check_index_tensor(kOp, "idx", idx, 3, "[B, M, K]");
+    check_float_tensor(kOp, "weight", weight, 3, -1, "[B, M, K]");
+    TORCH_CHECK_TYPE(weight.scalar_type() == features.scalar_type(), "pcops.", kOp,
+                     ": argument 'weight' must have the dtype of 'features' (",
+                     c10::toString(features.scalar_type()), "), got ", describe(weight));
+    check_same_device(kOp, "idx", idx, "features", features);
+    check_same_device(kOp, "weight", weight, "features", features);
+    InterpolateCall c;
+    c.B = features.size(0);
+    c.N = features.size(1);
+    c.C = features.size(2);
+    c.M = idx.size(1);
+    c.K = idx.size(2);
+    check_size(kOp, "idx", idx, 0, c.B, "the batch size B of 'features'");
+    check_size(kOp, "weight", weight, 0, c.B, "the batch size B of 'features'");
+    check_size(kOp, "weight", weight, 1, c.M, "M, dimension 1 of 'idx'");
+    check_size(kOp, "weight", weight, 2, c.K, "K, dimension 2 of 'idx'");
+    // Index values are checked on the CPU only: on CUDA a check costs a host synchronisation,
+    // and the kernel treats any index outside [0, N) as -1 (adds nothing).
+    if (idx.device().is_cpu() && idx.numel() > 0) {
+        auto [lo, hi] = value_range(idx);
+        TORCH_CHECK_VALUE(lo >= -1 && hi < c.N, "pcops.", kOp,
+                          ": argument 'idx' must hold values in [-1, N) = [-1, ", c.N,
+                          "), got values in [", lo, ", ", hi, "]");
+    }
+    c.features = to_compute_dtype(features);
+    c.weight = to_compute_dtype(weight);
+    c.idx = idx.contiguous();
+    c.out = at::empty({c.B, c.M, c.C}, c.features.options());
+    return c;
+}
+
+at::Tensor finish(const InterpolateCall& c, const at::Tensor& features) {
+    return c.out.scalar_type() == features.scalar_type() ? c.out
+                                                         : c.out.to(features.scalar_type());
+}
+
+at::Tensor interpolate_cpu(const at::Tensor& features, const at::Tensor& idx,
+                           const at::Tensor& weight) {
+    InterpolateCall c = prepare(features, idx, weight);
+    check_status(kOp, pcops_interpolate_cpu(to_pcops_dtype(c.features.scalar_type()),
+                                            c.features.data_ptr(), c.idx.data_ptr<int64_t>(),
+                                            c.weight.data_ptr(), c.B, c.N, c.C, c.M, c.K,
+                                            c.out.data_ptr()));
+    return finish(c, features);
+}
+
+#ifdef PCOPS_WITH_CUDA
+at::Tensor interpolate_cuda(const at::Tensor& features, const at::Tensor& idx,
+                            const at::Tensor& weight) {
+    check_cuda_tensor(kOp, "features", features);
+    c10::cuda::CUDAGuard guard(features.device());
+    InterpolateCall c = prepare(features, idx, weight);
+    check_cuda(kOp, pcops_interpolate_cuda(to_pcops_dtype(c.features.scalar_type()),
+                                           c.features.data_ptr(), c.idx.data_ptr<int64_t>(),
+                                           c.weight.data_ptr(), c.B, c.N, c.C, c.M, c.K,
+                                           c.out.data_ptr(), at::cuda::getCurrentCUDAStream()));
+    return finish(c, features);
+}
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("interpolate", &interpolate_cpu); }
+
+#ifdef PCOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("interpolate", &interpolate_cuda); }
+#endif
+
+}  // namespace pcops
