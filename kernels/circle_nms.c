@@ -26,9 +26,9 @@
  * Boxes with a non-finite x or y are within the radius of nothing (their distances are inf or
  * NaN), so they are left out of the sort: they are kept when visited and remove nothing.
  *
- * Distances: du = u[j] - u0, d = du*du + dv*dv in T, no FMA contraction (-ffp-contract=off),
- * compared d < (T)radius2. IEEE addition commutes, so with u = y this is bitwise the
- * dx*dx + dy*dy of circle_nms.cu, and CPU and CUDA keep exactly the same boxes.
+ * Distances: pcops_dist2_xy (geometry.h) of (u[j], v[j]) and (u0, v0), in T, compared
+ * d < (T)radius2. IEEE addition commutes, so with u = y this is bitwise the dx*dx + dy*dy of
+ * circle_nms.cu, and CPU and CUDA keep exactly the same boxes.
  */
 #include <math.h>
 #include <string.h>
@@ -134,15 +134,19 @@ static void nms_visiting_order(pcops_dtype score_dtype, const void* scores, int6
 
 #define T float
 #define FN(name) name##_f32
+#define NMS_DIST2 pcops_dist2_xy_f32
 #include "circle_nms_cpu.inc"
 #undef T
 #undef FN
+#undef NMS_DIST2
 
 #define T double
 #define FN(name) name##_f64
+#define NMS_DIST2 pcops_dist2_xy_f64
 #include "circle_nms_cpu.inc"
 #undef T
 #undef FN
+#undef NMS_DIST2
 
 size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N) {
     const size_t elem = pcops_dtype_size(dtype);
