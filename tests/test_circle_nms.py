@@ -666,6 +666,10 @@ def path_cases(gen):
     c[:, 0] *= 50.0
     c[:, 1] /= 50.0
     cases.append(("elongated", c, s, 0.5, None))
+    # float64 scores that differ only below float32's resolution (equal once rounded)
+    c, _, _ = detections(2000, gen, density=20.0)
+    s = 0.5 + torch.randperm(2000, generator=gen).double() * 1e-13
+    cases.append(("float64 score differences below float32", c, s, 0.5, None))
     return cases
 
 
@@ -707,6 +711,11 @@ def test_visiting_order_matches_a_stable_descending_sort(gen):
         c = torch.arange(5000, dtype=torch.float32)[:, None].repeat(1, 2) * 10
         expected = torch.sort(s, descending=True, stable=True).indices
         assert_equal(nms_op(c, s, 1.0), expected, what=f"order, {dtype}")
+    # float64 scores equal in float32: the order follows the float64 values
+    s = 0.5 + torch.randperm(5000, generator=gen).double() * 1e-13
+    assert len(torch.unique(s.float())) < 10
+    expected = torch.sort(s, descending=True, stable=True).indices
+    assert_equal(nms_op(c, s, 1.0), expected, what="order, float64 below float32 resolution")
 
 
 @pytest.mark.parametrize("score_dtype", [torch.float32, torch.float64])
