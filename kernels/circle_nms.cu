@@ -10,16 +10,17 @@
  * (earlier) of its group when pcops_dist2_xy (geometry.h: dx*dx + dy*dy, every operation
  * rounded on its own) < (T)radius2. CPU and CUDA therefore keep exactly the same boxes.
  *
- * Two paths (the launch plan: nms_plan, from N alone; tests force either through `variant`):
+ * Three paths; the launch plan (nms_plan, from N alone) takes 1 up to kBlockMaxBoxes boxes and 3
+ * above; tests and benchmarks force any of them through `variant` (pcops.h):
  *
  * 1. Block path, N <= kBlockMaxBoxes: ONE launch of ONE thread block (nms_block_kernel),
  *    everything in shared memory, no workspace:
  *      a. score keys (circle_nms.h) with their box index, bitonic-sorted: the visiting order;
  *      b. centres (and groups) gathered into visiting order; the bounding box of the finite
- *         centres; a grid over it whose cells are at least the radius wide (at most
- *         kBlockMaxCells cells: wider cells for spread-out scenes), so two boxes within the
- *         radius lie in the same or adjacent cells. Non-finite centres are within the radius
- *         of nothing (their distances are NaN or inf) and stay out of the grid;
+ *         centres; a grid over it (make_grid) whose cells are at least the radius wide (at
+ *         most kBlockMaxCells cells: wider cells for spread-out scenes), so two boxes within
+ *         the radius lie in the same or adjacent cells. Non-finite centres are within the
+ *         radius of nothing (their distances are NaN or inf) and stay out of the grid;
  *      c. positions bitonic-sorted by cell, and each cell's run [start, end) found;
  *      d. for every position p, from the 3x3 cells around it: diag[p], the bits of the later
  *         positions of p's own 64-position row block within the radius (same group), and
@@ -32,8 +33,22 @@
  *    Cost: two bitonic sorts of next_pow2(N) keys, the 3x3-cell candidates of every box once,
  *    and those of the kept boxes with a far neighbour once more; ceil(N/64) sequential steps.
  *
- * 2. Bitmask path, any N up to PCOPS_CIRCLE_NMS_CUDA_MAX (65535 row blocks):
- *      a. nms_score_keys_kernel + cub::DeviceRadixSort::SortPairs (stable) -> order (int32);
+ * 3. Grid path, any N up to PCOPS_CIRCLE_NMS_CUDA_MAX: the same algorithm with its arrays in
+ *    the workspace (O(N), L2-resident at the sizes that matter), prepared by the whole GPU:
+ *      nms_score_keys_kernel + cub::DeviceRadixSort::SortPairs (stable) -> order (int32);
+ *      nms_grid_gather_kernel (centres into visiting order, keep_mask false, the bounding box
+ *      by atomics); nms_grid_keys_kernel (the grid, cell keys) + a cub sort by cell (spatial
+ *      order); nms_grid_cells_kernel (cell_begin[], boxes in spatial order, position ->
+ *      spatial index); nms_grid_neighbours_kernel (per position: the three runs of spatial
+ *      indices covering its 3x3 cells, diag, far); then nms_grid_scan_kernel, one block: per
+ *      row block warp 0 resolves it, all threads scan the runs of the kept rows with a far
+ *      neighbour and set removed bits (indexed by spatial index, in shared memory up to 2**20
+ *      boxes); the next row block is prefetched into registers and double-buffered.
+ *    Cost: two radix sorts and O(N * neighbourhood) tests spread over the GPU, then ceil(N/64)
+ *    sequential steps of about one L2 round trip each.
+ *
+ * 2. Bitmask path (the previous large path, kept for comparison; forced only):
+ *      a. score keys + cub sort -> order, as in 3;
  *      b. nms_gather_kernel: centres (and groups) into visiting order, structure of arrays;
  *         keep_mask false / keep_idx -1 everywhere;
  *      c. nms_mask_kernel: the suppression bitmask mask[N][C] (C = ceil(N/64)) of 64-bit words:
@@ -43,9 +58,10 @@
  *         thread 0 resolves its 64 boxes from the diagonal words (prefetched during the
  *         previous block), the kept ones are written out, and the kept rows' words are ORed
  *         into removed[cb] for every later column block. Two barriers per row block.
- *    Workspace: score keys (2 N), order (2 N int32), cub's temp storage, mask N*C words, x and
- *    y in visiting order, groups in visiting order, removed (C words, used when it does not fit
- *    in shared memory); carved with geometry.h's one alignment.
+ *    Workspace: about N**2 / 8 bytes (the mask) plus O(N).
+ *
+ * Workspaces are carved with geometry.h's one alignment (mask_layout, grid_layout); the block
+ * kernel's shared memory is carved by block_smem (16-byte pieces), on the host for its size.
  */
 #include <cub/device/device_radix_sort.cuh>
 
@@ -417,10 +433,14 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
 // ------------------------------------------------------------------------------------------
 // Bitmask path
 
+// Score keys and their box indices; with bbox (grid path), also the empty bounding box that
+// nms_grid_gather_kernel then fills (bbox[0..3]: ordered bits of min x, min y, max x, max y).
 template <typename S>
 __global__ void __launch_bounds__(kKeyThreads)
 nms_score_keys_kernel(const S* __restrict__ scores, int64_t N, uint64_t* __restrict__ keys,
-                      int32_t* __restrict__ pos) {
+                      int32_t* __restrict__ pos, unsigned long long* __restrict__ bbox) {
+    if (bbox && blockIdx.x == 0 && threadIdx.x < 4)
+        bbox[threadIdx.x] = threadIdx.x < 2 ? ~0ull : 0ull;  // min above, max below everything
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride) {
         keys[i] = score_key(scores[i]);
@@ -628,12 +648,6 @@ __device__ __forceinline__ unsigned long long ordered_bits(double v) {
 __device__ __forceinline__ double from_ordered_bits(unsigned long long k) {
     const unsigned long long b = (k >> 63) ? (k & 0x7fffffffffffffffull) : ~k;
     return __longlong_as_double((long long)b);
-}
-
-// bbox[0..3]: ordered bits of min x, min y, max x, max y; the empty box until a kernel writes.
-__global__ void nms_grid_init_kernel(unsigned long long* bbox) {
-    if (threadIdx.x < 2) bbox[threadIdx.x] = ~0ull;  // min: above everything
-    else if (threadIdx.x < 4) bbox[threadIdx.x] = 0ull;
 }
 
 // Centres (and groups) into visiting order; keep_mask false; the finite bounding box.
@@ -1049,7 +1063,7 @@ cudaError_t launch_mask(const T* centers, int64_t D, pcops_dtype score_dtype, co
 
     const int64_t key_blocks = (N + kKeyThreads - 1) / kKeyThreads;
     nms_score_keys_kernel<S><<<(unsigned)(key_blocks < 4096 ? key_blocks : 4096), kKeyThreads,
-                               0, stream>>>(scores, N, w.keys_in, w.pos_in);
+                               0, stream>>>(scores, N, w.keys_in, w.pos_in, nullptr);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     // stable: equal keys keep the index order of pos_in, so ties go to the lower index
@@ -1176,8 +1190,7 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
     const unsigned blocks = grid_blocks(N);
 
     nms_score_keys_kernel<S><<<blocks, kGridThreads, 0, stream>>>(scores, N, w.keys_in,
-                                                                  w.pos_in);
-    nms_grid_init_kernel<<<1, 32, 0, stream>>>(w.bbox);
+                                                                  w.pos_in, w.bbox);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     // stable: equal keys keep the index order of pos_in, so ties go to the lower index
     err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.keys_in, w.keys_out,
