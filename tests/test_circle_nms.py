@@ -383,6 +383,18 @@ def test_opcheck(device, gen, requires_grad):
     torch.library.opcheck(nms_op, (c, s, 0.5, 10, g))
 
 
+def test_inputs_that_require_grad(device, gen):
+    """The Autograd key falls through to the kernels (bindings/circle_nms.cpp): inputs that
+    require grad are accepted and the outputs (indices, masks) carry no graph."""
+    centers, scores, groups = detections(300, gen, n_groups=2)
+    c, s, g = to(device, centers, scores, groups)
+    c.requires_grad_(True)
+    s.requires_grad_(True)
+    for out in (nms_op(c, s, 0.5, -1, g), mask_op(c, s, 0.5, g), *variant_op(c, s, 0.5, g, 0)):
+        assert not out.requires_grad and out.grad_fn is None
+    assert_equal(nms_op(c, s, 0.5, -1, g), nms_op(c.detach(), s.detach(), 0.5, -1, g))
+
+
 def test_compile(device, gen):
     """circle_nms_mask compiles into one graph; circle_nms compiles with its data-dependent
     output size captured, or with a graph break."""
