@@ -1,6 +1,14 @@
 """Benchmark of circle NMS: pcops against what users run today.
 
     python benchmarks/bench_circle_nms.py [--device cuda|cpu] [--quick] [--out FILE]
+    python benchmarks/bench_circle_nms.py --device cuda --peer [--sizes 1000,4096,16384,65536]
+
+--peer times what ../shared/peerbench times for rows C1-C4 (issue 9): centres uniform in a
+100 m x 100 m square (seed 1000 + N), radius 1.0, strictly descending scores; each repetition
+zeroes a 256 MB buffer (L2 flush), synchronises, then takes the host clock around one call
+followed by a synchronisation ("host", the peer benchmark's number) or a CUDA event pair around
+the call ("event"); median of 50. Rows: circle_nms, circle_nms_mask, and each CUDA path forced
+through the internal op (single block: N <= 4096; bitmask; grid), with the issue's targets.
 
 Inputs look like CenterPoint's pre-NMS detections: N boxes around N/8 objects in a 102.4 m
 square (nuScenes range), 8 boxes per object jittered by 0.3 m, random scores; groups = 10 class
@@ -139,11 +147,89 @@ def mmdet3d_fn():
     return run
 
 
+PEER_TARGETS_MS = {1000: 0.03, 4096: 0.08, 16384: 0.40, 65536: 2.5}  # issue 9, rows C1-C4
+
+
+def peer_inputs(n, device):
+    """The peer benchmark's NMS inputs (peerbench/bench.py nms_inputs)."""
+    g = torch.Generator().manual_seed(1000 + n)
+    centres = torch.rand(n, 2, generator=g, dtype=torch.float32) * 100.0
+    scores = (torch.arange(n, 0, -1, dtype=torch.float64) / n).to(torch.float32)
+    return centres.to(device), scores.to(device)
+
+
+def peer_time(fn, flush, mode, reps=50, warmup=12):
+    """Median ms of one call: L2 flushed, synchronised, then host clock (call + sync) or events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        torch.cuda.synchronize()
+        if mode == "event":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def peer_main(args):
+    from pcops.circle_nms import _circle_nms_variant
+
+    device = args.device
+    assert device.startswith("cuda"), "--peer times the CUDA ops"
+    sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else sorted(PEER_TARGETS_MS)
+    flush = torch.empty(256 * 2**20 // 4, dtype=torch.float32, device=device)
+    header = ["N", "K kept", "what", "host ms", "event ms", "target ms", "met"]
+    rows = []
+    for n in sizes:
+        c, s = peer_inputs(n, device)
+        keep = pcops.circle_nms(c, s, 1.0)
+        mask = pcops.circle_nms_mask(c, s, 1.0)
+        paths = {"circle_nms": lambda: pcops.circle_nms(c, s, 1.0),
+                 "circle_nms_mask": lambda: pcops.circle_nms_mask(c, s, 1.0)}
+        for variant, name in ((1, "block path (variant op)"), (2, "bitmask path (variant op)"),
+                              (3, "grid path (variant op)")):
+            if variant == 1 and n > 4096:
+                continue
+            out = _circle_nms_variant(c, s, 1.0, None, variant)
+            assert torch.equal(out[0], mask) and torch.equal(out[1][:len(keep)], keep), name
+            paths[name] = (lambda v: lambda: _circle_nms_variant(c, s, 1.0, None, v))(variant)
+        assert torch.equal(torch.nonzero(mask).flatten(), keep.sort().values)
+        for name, fn in paths.items():
+            host = peer_time(fn, flush, "host")
+            event = peer_time(fn, flush, "event")
+            target = PEER_TARGETS_MS.get(n)
+            met = "" if target is None or "path" in name else ("yes" if host <= target else "NO")
+            rows.append([n, len(keep), name, f"{host:.4f}", f"{event:.4f}",
+                         "" if target is None else f"{target:g}", met])
+            print(" ".join(str(x) for x in rows[-1]), flush=True, file=sys.stderr)
+    for line in environment_header():
+        print(line)
+    print("peer benchmark inputs: uniform 100 m x 100 m, radius 1.0, descending scores; "
+          "L2 flushed before each call; median of 50")
+    print_table(f"circle NMS, issue 9 rows C1-C4, on {device}", header, rows, file=args.out)
+
+
 def main():
     p = base_parser(__doc__.split("\n")[0])
     p.add_argument("--sizes", default=None, help="comma-separated N (default 1000,4096,10000,30000)")
     p.add_argument("--profile", action="store_true", help="CUDA: also list the time of each kernel")
+    p.add_argument("--peer", action="store_true",
+                   help="CUDA: the peer benchmark's rows C1-C4 (host clock and events)")
     args = p.parse_args()
+    if args.peer:
+        peer_main(args)
+        return
     device = args.device
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else (
         [1000, 4096] if args.quick else [1000, 4096, 10000, 30000])

@@ -1,41 +1,44 @@
-// circle_nms.cpp -- bindings of circle_nms and circle_nms_mask: checks, the visiting order,
-// allocation, dispatch to kernels/circle_nms.*.
+// circle_nms.cpp -- bindings of circle_nms and circle_nms_mask: checks, allocation, dispatch to
+// kernels/circle_nms.* (which also compute the visiting order from the scores).
 //
-// The visiting order is a stable descending sort of the scores, so equal scores are visited
-// lower index first. NaN scores are accepted: the sort ranks NaN above every number, on the CPU
-// and on CUDA alike, so boxes with a NaN score are visited first (documented in
-// pcops/circle_nms.py). Rejecting them would cost circle_nms_mask a host synchronisation.
+// Per CUDA call: circle_nms allocates keep_idx (N + 1 int64: the count lives in the last
+// slot), launches (one kernel for N <= 4096), and reads the count back with one copy into a
+// pinned buffer (its one host synchronisation: the output size depends on the data);
+// circle_nms_mask allocates keep_mask and launches, nothing else. The grid path (N > 4096)
+// adds one workspace allocation. Half inputs are upcast first (exact: same order, same ties).
+//
+// Autograd: the outputs are int64 / bool, so nothing is differentiable; a fallthrough for the
+// Autograd key keeps the call in C++ (inputs that require grad are accepted, the outputs come
+// back without grad_fn).
 #include <torch/library.h>
 
 #include <algorithm>
 
 #include "utils.h"
 
+#ifdef PCOPS_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 namespace pcops {
 namespace {
 
-// The CUDA scan's grid has one block row per 64 boxes, at most 65535 of them.
-constexpr int64_t kMaxCudaBoxes = int64_t(65535) * 64;
-
-// Checked, contiguous inputs and allocated outputs, shared by both ops and both devices.
-struct NmsCall {
-    at::Tensor centers;                // [N,D], D in {2, 3}, float32 or float64 (half types upcast)
-    at::Tensor order;                  // [N] int64, the visiting order
+// Checked, contiguous inputs in the compute dtypes.
+struct NmsInputs {
+    at::Tensor centers;                // [N,D], D in {2, 3}, float32 or float64
+    at::Tensor scores;                 // [N] float32 or float64
     std::optional<at::Tensor> groups;  // [N] int64
-    at::Tensor keep_mask;              // [N] bool
-    at::Tensor keep_idx;               // [N] int64
-    at::Tensor num_kept;               // [1] int64, on the device of the inputs
     int64_t N, D;
     double radius2;
 };
 
-NmsCall prepare(const char* op, const at::Tensor& centers, const at::Tensor& scores,
-                double radius, const std::optional<at::Tensor>& groups) {
+NmsInputs prepare(const char* op, const at::Tensor& centers, const at::Tensor& scores,
+                  double radius, const std::optional<at::Tensor>& groups) {
     check_float_tensor(op, "centers", centers, 2, -1, "[N, 2] or [N, 3]");
     TORCH_CHECK_VALUE(centers.size(1) == 2 || centers.size(1) == 3, "pcops.", op,
                       ": argument 'centers' must be a tensor of shape [N, 2] or [N, 3], got ",
                       describe(centers));
-    NmsCall c;
+    NmsInputs c;
     c.N = centers.size(0);
     c.D = centers.size(1);
     check_float_tensor(op, "scores", scores, 1, -1, "[N]");
@@ -51,83 +54,155 @@ NmsCall prepare(const char* op, const at::Tensor& centers, const at::Tensor& sco
         c.groups = g.contiguous();
     }
     c.centers = to_compute_dtype(centers);
-    // Half scores are upcast first: exact, so the order and its ties are unchanged.
-    c.order = std::get<1>(at::sort(to_compute_dtype(scores), /*stable=*/true, /*dim=*/0,
-                                   /*descending=*/true));
-    c.keep_mask = at::empty({c.N}, centers.options().dtype(at::kBool));
-    c.keep_idx = at::empty({c.N}, centers.options().dtype(at::kLong));
-    c.num_kept = at::empty({1}, centers.options().dtype(at::kLong));
+    c.scores = to_compute_dtype(scores);
     return c;
+}
+
+// ------------------------------------------------------------------------------------------
+// CPU
+
+// keep_mask (when wanted), keep_idx (when wanted), the count.
+struct NmsCpuResult {
+    at::Tensor keep_mask, keep_idx;
+    int64_t num_kept = 0;
+};
+
+NmsCpuResult run_cpu(const char* op, const NmsInputs& c, bool want_mask, bool want_idx) {
+    NmsCpuResult r;
+    const auto opts = c.centers.options();
+    if (want_mask) r.keep_mask = at::empty({c.N}, opts.dtype(at::kBool));
+    if (want_idx) r.keep_idx = at::empty({c.N}, opts.dtype(at::kLong));
+    pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
+    at::Tensor workspace = at::empty({(int64_t)pcops_circle_nms_workspace_bytes(dtype, c.N)},
+                                     opts.dtype(at::kByte));
+    check_status(op, pcops_circle_nms_cpu(
+                         dtype, c.centers.data_ptr(), c.D,
+                         to_pcops_dtype(c.scores.scalar_type()), c.scores.data_ptr(),
+                         ptr_or_null(c.groups), c.N, c.radius2, workspace.data_ptr(),
+                         want_mask ? r.keep_mask.data_ptr<bool>() : nullptr,
+                         want_idx ? r.keep_idx.data_ptr<int64_t>() : nullptr, &r.num_kept));
+    return r;
 }
 
 // keep_idx[:K], K = num_kept capped at max_out when max_out > 0.
-at::Tensor first_kept(const NmsCall& c, int64_t num_kept, int64_t max_out) {
-    int64_t K = max_out > 0 ? std::min(num_kept, max_out) : num_kept;
-    return c.keep_idx.narrow(0, 0, K);
-}
-
-NmsCall run_cpu(const char* op, const at::Tensor& centers, const at::Tensor& scores,
-                double radius, const std::optional<at::Tensor>& groups) {
-    NmsCall c = prepare(op, centers, scores, radius, groups);
-    pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
-    at::Tensor workspace =
-        at::empty({(int64_t)pcops_circle_nms_workspace_bytes(dtype, c.N)},
-                  c.centers.options().dtype(at::kByte));
-    check_status(op, pcops_circle_nms_cpu(dtype, c.centers.data_ptr(), c.D,
-                                          c.order.data_ptr<int64_t>(), ptr_or_null(c.groups),
-                                          c.N, c.radius2, workspace.data_ptr(),
-                                          c.keep_mask.data_ptr<bool>(),
-                                          c.keep_idx.data_ptr<int64_t>(),
-                                          c.num_kept.data_ptr<int64_t>()));
-    return c;
+int64_t output_size(int64_t num_kept, int64_t max_out) {
+    return max_out > 0 ? std::min(num_kept, max_out) : num_kept;
 }
 
 at::Tensor circle_nms_cpu(const at::Tensor& centers, const at::Tensor& scores, double radius,
                           int64_t max_out, const std::optional<at::Tensor>& groups) {
-    NmsCall c = run_cpu("circle_nms", centers, scores, radius, groups);
-    return first_kept(c, c.num_kept.data_ptr<int64_t>()[0], max_out);
+    NmsCpuResult r = run_cpu("circle_nms", prepare("circle_nms", centers, scores, radius, groups),
+                             false, true);
+    return r.keep_idx.narrow(0, 0, output_size(r.num_kept, max_out));
 }
 
 at::Tensor circle_nms_mask_cpu(const at::Tensor& centers, const at::Tensor& scores,
                                double radius, const std::optional<at::Tensor>& groups) {
-    return run_cpu("circle_nms_mask", centers, scores, radius, groups).keep_mask;
+    return run_cpu("circle_nms_mask",
+                   prepare("circle_nms_mask", centers, scores, radius, groups), true, false)
+        .keep_mask;
 }
 
+// _circle_nms_variant: the whole result of one kernel path, for the tests (the CPU has one).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cpu(
+    const at::Tensor& centers, const at::Tensor& scores, double radius,
+    const std::optional<at::Tensor>& groups, int64_t variant) {
+    const char* op = "_circle_nms_variant";
+    TORCH_CHECK_VALUE(variant == 0, "pcops.", op,
+                      ": argument 'variant' must be 0 on the CPU (one path), got ", variant);
+    NmsCpuResult r = run_cpu(op, prepare(op, centers, scores, radius, groups), true, true);
+    return {r.keep_mask, r.keep_idx, at::full({1}, r.num_kept, r.keep_idx.options())};
+}
+
+// ------------------------------------------------------------------------------------------
+// CUDA
+
 #ifdef PCOPS_WITH_CUDA
-// Launches the whole NMS on the current stream; no host synchronisation.
-NmsCall run_cuda(const char* op, const at::Tensor& centers, const at::Tensor& scores,
-                 double radius, const std::optional<at::Tensor>& groups) {
-    check_cuda_tensor(op, "centers", centers);
-    c10::cuda::CUDAGuard guard(centers.device());
-    NmsCall c = prepare(op, centers, scores, radius, groups);
-    TORCH_CHECK_VALUE(c.N <= kMaxCudaBoxes, "pcops.", op,
-                      ": argument 'centers' must hold at most ", kMaxCudaBoxes,
+// Launches the NMS of `variant` (0: by size) on the current stream. Any of the three output
+// pointers may be null. No host synchronisation.
+void launch_cuda(const char* op, const NmsInputs& c, int64_t variant, bool* keep_mask,
+                 int64_t* keep_idx, int64_t* num_kept) {
+    TORCH_CHECK_VALUE(c.N <= PCOPS_CIRCLE_NMS_CUDA_MAX, "pcops.", op,
+                      ": argument 'centers' must hold at most ", PCOPS_CIRCLE_NMS_CUDA_MAX,
                       " boxes on CUDA (the suppression mask takes N**2/8 bytes), got ",
-                      describe(centers));
-    pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
-    at::Tensor workspace =
-        at::empty({(int64_t)pcops_circle_nms_cuda_workspace_bytes(dtype, c.N)},
-                  c.centers.options().dtype(at::kByte));
-    check_cuda(op, pcops_circle_nms_cuda(dtype, c.centers.data_ptr(), c.D,
-                                         c.order.data_ptr<int64_t>(), ptr_or_null(c.groups),
-                                         c.N, c.radius2, workspace.data_ptr(),
-                                         c.keep_mask.data_ptr<bool>(),
-                                         c.keep_idx.data_ptr<int64_t>(),
-                                         c.num_kept.data_ptr<int64_t>(),
-                                         at::cuda::getCurrentCUDAStream()));
-    return c;
+                      describe(c.centers));
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= 3 && (variant != 1 || c.N <=
+                                                       PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX),
+                      "pcops.", op, ": argument 'variant' must be 0 (by size), 1 (single "
+                      "block, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX, "), 2 (bitmask) or 3 "
+                      "(grid), got ", variant, " for N = ", c.N);
+    const pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
+    const pcops_dtype score_dtype = to_pcops_dtype(c.scores.scalar_type());
+    const size_t bytes =
+        pcops_circle_nms_cuda_workspace_bytes(dtype, score_dtype, c.N, (int)variant);
+    at::Tensor workspace;  // the bitmask path only
+    if (bytes > 0) workspace = at::empty({(int64_t)bytes}, c.centers.options().dtype(at::kByte));
+    check_cuda(op, pcops_circle_nms_cuda_variant(
+                       dtype, c.centers.data_ptr(), c.D, score_dtype, c.scores.data_ptr(),
+                       ptr_or_null(c.groups), c.N, c.radius2,
+                       bytes > 0 ? workspace.data_ptr() : nullptr, keep_mask, keep_idx,
+                       num_kept, (int)variant, at::cuda::getCurrentCUDAStream()));
+}
+
+NmsInputs prepare_cuda(const char* op, const at::Tensor& centers, const at::Tensor& scores,
+                       double radius, const std::optional<at::Tensor>& groups) {
+    check_cuda_tensor(op, "centers", centers);
+    return prepare(op, centers, scores, radius, groups);
+}
+
+// A pinned host slot per thread for the count (a call synchronises before it returns, so one
+// slot per thread is never shared by two calls in flight).
+int64_t* pinned_count_slot() {
+    struct Slot {
+        int64_t* p = nullptr;
+        ~Slot() {
+            if (p) (void)cudaFreeHost(p);  // at exit the runtime may be gone: ignore errors
+        }
+    };
+    thread_local Slot slot;
+    if (!slot.p) C10_CUDA_CHECK(cudaMallocHost((void**)&slot.p, sizeof(int64_t)));
+    return slot.p;
 }
 
 at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, double radius,
                            int64_t max_out, const std::optional<at::Tensor>& groups) {
-    NmsCall c = run_cuda("circle_nms", centers, scores, radius, groups);
+    const char* op = "circle_nms";
+    c10::cuda::CUDAGuard guard(centers.device());
+    NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
+    // keep_idx[0, N) and the count in slot N: one allocation
+    at::Tensor out = at::empty({c.N + 1}, c.centers.options().dtype(at::kLong));
+    int64_t* idx = out.data_ptr<int64_t>();
+    launch_cuda(op, c, 0, nullptr, idx, idx + c.N);
     // The one host synchronisation: the output size depends on the data.
-    return first_kept(c, c.num_kept.item<int64_t>(), max_out);
+    int64_t* count = pinned_count_slot();
+    c10::cuda::memcpy_and_sync(count, idx + c.N, sizeof(int64_t), cudaMemcpyDeviceToHost,
+                               at::cuda::getCurrentCUDAStream());
+    return out.narrow(0, 0, output_size(*count, max_out));
 }
 
 at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& scores,
                                 double radius, const std::optional<at::Tensor>& groups) {
-    return run_cuda("circle_nms_mask", centers, scores, radius, groups).keep_mask;
+    const char* op = "circle_nms_mask";
+    c10::cuda::CUDAGuard guard(centers.device());
+    NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
+    at::Tensor keep_mask = at::empty({c.N}, c.centers.options().dtype(at::kBool));
+    launch_cuda(op, c, 0, keep_mask.data_ptr<bool>(), nullptr, nullptr);
+    return keep_mask;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cuda(
+    const at::Tensor& centers, const at::Tensor& scores, double radius,
+    const std::optional<at::Tensor>& groups, int64_t variant) {
+    const char* op = "_circle_nms_variant";
+    c10::cuda::CUDAGuard guard(centers.device());
+    NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
+    const auto opts = c.centers.options();
+    at::Tensor keep_mask = at::empty({c.N}, opts.dtype(at::kBool));
+    at::Tensor keep_idx = at::empty({c.N}, opts.dtype(at::kLong));
+    at::Tensor num_kept = at::empty({1}, opts.dtype(at::kLong));
+    launch_cuda(op, c, variant, keep_mask.data_ptr<bool>(), keep_idx.data_ptr<int64_t>(),
+                num_kept.data_ptr<int64_t>());
+    return {keep_mask, keep_idx, num_kept};
 }
 #endif
 
@@ -136,13 +211,21 @@ at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& sco
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {
     m.impl("circle_nms", &circle_nms_cpu);
     m.impl("circle_nms_mask", &circle_nms_mask_cpu);
+    m.impl("_circle_nms_variant", &circle_nms_variant_cpu);
 }
 
 #ifdef PCOPS_WITH_CUDA
 TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
     m.impl("circle_nms", &circle_nms_cuda);
     m.impl("circle_nms_mask", &circle_nms_mask_cuda);
+    m.impl("_circle_nms_variant", &circle_nms_variant_cuda);
 }
 #endif
+
+TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
+    m.impl("circle_nms", torch::CppFunction::makeFallthrough());
+    m.impl("circle_nms_mask", torch::CppFunction::makeFallthrough());
+    m.impl("_circle_nms_variant", torch::CppFunction::makeFallthrough());
+}
 
 }  // namespace pcops

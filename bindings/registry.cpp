@@ -66,4 +66,11 @@ TORCH_LIBRARY(pcops, m) {
     // gathered feature rows (PointNet++ feature propagation; K = 3 for three_interpolate),
     // added in ascending k; idx -1 adds nothing. Backward composed from group/group_backward.
     m.def("interpolate(Tensor features, Tensor idx, Tensor weight) -> Tensor");
+
+    // Internal (tests, benchmarks): circle NMS through one CUDA path, variant 0 by size, 1 the
+    // single-block kernel (N <= 4096), 2 the bitmask path, 3 the grid path; the CPU takes 0.
+    // -> keep_mask[N] bool, keep_idx[N] int64 (-1 past num_kept), num_kept[1] int64.
+    m.def(
+        "_circle_nms_variant(Tensor centers, Tensor scores, float radius, Tensor? groups, "
+        "int variant) -> (Tensor keep_mask, Tensor keep_idx, Tensor num_kept)");
 }

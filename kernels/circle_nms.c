@@ -2,7 +2,10 @@
  * circle_nms.c -- greedy centre-distance NMS (circle NMS) on the CPU.
  *
  * N = boxes, D = coordinate dims of a centre (only x and y are used).
- * centers[N,D], order[N] (visiting order), groups[N]? -> keep_mask[N], keep_idx[N], num_kept.
+ * centers[N,D], scores[N], groups[N]? -> keep_mask[N], keep_idx[N], num_kept.
+ *
+ * The visiting order: a stable LSD radix sort of the score keys of circle_nms.h (descending
+ * score, NaN first, ties to the lower index), the same order as the CUDA kernels'.
  *
  * The greedy loop -- visit the boxes in `order`; a box not yet removed is kept and removes every
  * box of its group whose squared xy distance to it is < radius2 -- with a sweep-line filter, so
@@ -23,18 +26,16 @@
  * Boxes with a non-finite x or y are within the radius of nothing (their distances are inf or
  * NaN), so they are left out of the sort: they are kept when visited and remove nothing.
  *
- * Distances: du = u[j] - u0, d = du*du + dv*dv in T, no FMA contraction (-ffp-contract=off),
- * compared d < (T)radius2. IEEE addition commutes, so with u = y this is bitwise the
- * dx*dx + dy*dy of circle_nms.cu, and CPU and CUDA keep exactly the same boxes.
+ * Distances: pcops_dist2_xy (geometry.h) of (u[j], v[j]) and (u0, v0), in T, compared
+ * d < (T)radius2. IEEE addition commutes, so with u = y this is bitwise the dx*dx + dy*dy of
+ * circle_nms.cu, and CPU and CUDA keep exactly the same boxes.
  */
 #include <math.h>
 #include <string.h>
 
+#include "circle_nms.h"
 #include "common.h"
 #include "pcops.h"
-
-/* Workspace regions start on 64-byte boundaries (cache lines). */
-static size_t nms_align(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 /* Sorts pos[0, M) by key[0, M) ascending, stably: an LSD radix sort over the low `bytes` bytes
  * of the keys, 8 bits per pass, skipping the passes whose digit is the same for every key.
@@ -90,43 +91,62 @@ typedef struct NmsCpuWorkspace {
     int64_t* pos;      /* [N] visiting positions being sorted, and scratch */
     int64_t* tmp_pos;  /* [N] */
     uint8_t* removed;  /* [N] in sorted order */
+    int64_t* order;    /* [N] the visiting order (box indices) */
     size_t bytes;
 } NmsCpuWorkspace;
 
+/* The one layout (geometry.h carving): base NULL only counts. */
 static NmsCpuWorkspace nms_carve(void* base, size_t elem, int64_t N) {
-    /* integer arithmetic: the size query passes base = NULL */
-    const size_t n = (size_t)N;
-    const uintptr_t p = (uintptr_t)base;
+    pcops_carver c = pcops_carver_init(base);
     NmsCpuWorkspace w;
-    size_t off = 0;
-#define NMS_TAKE(field, type, count)     \
-    w.field = (type*)(p + off);          \
-    off += nms_align((count) * sizeof(type))
-    NMS_TAKE(us, char, n * elem);
-    NMS_TAKE(vs, char, n * elem);
-    NMS_TAKE(gs, int64_t, n);
-    NMS_TAKE(rank, int64_t, n);
-    NMS_TAKE(key, uint64_t, n);
-    NMS_TAKE(tmp_key, uint64_t, n);
-    NMS_TAKE(pos, int64_t, n);
-    NMS_TAKE(tmp_pos, int64_t, n);
-    NMS_TAKE(removed, uint8_t, n);
-#undef NMS_TAKE
-    w.bytes = off;
+    w.us = pcops_carve(&c, N, elem);
+    w.vs = pcops_carve(&c, N, elem);
+    w.gs = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.rank = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.key = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
+    w.tmp_key = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
+    w.pos = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.tmp_pos = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.removed = (uint8_t*)pcops_carve(&c, N, sizeof(uint8_t));
+    w.order = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.bytes = pcops_carver_bytes(&c);
     return w;
+}
+
+/* The visiting order into w.order: ascending score key, stably (ties to the lower index). */
+static void nms_visiting_order(pcops_dtype score_dtype, const void* scores, int64_t N,
+                               NmsCpuWorkspace w) {
+    int bytes;
+    if (score_dtype == PCOPS_FLOAT32) {
+        const float* s = (const float*)scores;
+        for (int64_t i = 0; i < N; ++i) w.key[i] = pcops_nms_score_key_f32(s[i]);
+        bytes = 4;
+    } else {
+        const double* s = (const double*)scores;
+        for (int64_t i = 0; i < N; ++i) w.key[i] = pcops_nms_score_key_f64(s[i]);
+        bytes = 8;
+    }
+    for (int64_t i = 0; i < N; ++i) w.pos[i] = i;
+    int64_t* sorted = w.pos;
+    nms_radix_sort(w.key, w.pos, w.tmp_key, w.tmp_pos, N, bytes, &sorted);
+    memcpy(w.order, sorted, (size_t)N * sizeof(int64_t));
 }
 
 #define T float
 #define FN(name) name##_f32
+#define NMS_DIST2 pcops_dist2_xy_f32
 #include "circle_nms_cpu.inc"
 #undef T
 #undef FN
+#undef NMS_DIST2
 
 #define T double
 #define FN(name) name##_f64
+#define NMS_DIST2 pcops_dist2_xy_f64
 #include "circle_nms_cpu.inc"
 #undef T
 #undef FN
+#undef NMS_DIST2
 
 size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N) {
     const size_t elem = pcops_dtype_size(dtype);
@@ -135,23 +155,22 @@ size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N) {
 }
 
 pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_t D,
-                                  const int64_t* order, const int64_t* groups, int64_t N,
-                                  double radius2, void* workspace, bool* keep_mask,
-                                  int64_t* keep_idx, int64_t* num_kept) {
+                                  pcops_dtype score_dtype, const void* scores,
+                                  const int64_t* groups, int64_t N, double radius2,
+                                  void* workspace, bool* keep_mask, int64_t* keep_idx,
+                                  int64_t* num_kept) {
     if (N < 0 || D < 2 || !num_kept) return PCOPS_ERROR_INVALID_VALUE;
-    if (N > 0 && (!centers || !order || !workspace || !keep_mask || !keep_idx))
-        return PCOPS_ERROR_INVALID_VALUE;
-    switch (dtype) {
-        case PCOPS_FLOAT32:
-            *num_kept = circle_nms_f32((const float*)centers, D, order, groups, N, (float)radius2,
-                                       nms_carve(workspace, sizeof(float), N), keep_mask, keep_idx);
-            return PCOPS_SUCCESS;
-        case PCOPS_FLOAT64:
-            *num_kept = circle_nms_f64((const double*)centers, D, order, groups, N, radius2,
-                                       nms_carve(workspace, sizeof(double), N), keep_mask,
-                                       keep_idx);
-            return PCOPS_SUCCESS;
-        default:
-            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
-    }
+    if (N > 0 && (!centers || !scores || !workspace)) return PCOPS_ERROR_INVALID_VALUE;
+    if (score_dtype != PCOPS_FLOAT32 && score_dtype != PCOPS_FLOAT64)
+        return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    const NmsCpuWorkspace w = nms_carve(workspace, pcops_dtype_size(dtype), N);
+    if (N > 0) nms_visiting_order(score_dtype, scores, N, w);
+    if (dtype == PCOPS_FLOAT32)
+        *num_kept = circle_nms_f32((const float*)centers, D, w.order, groups, N, (float)radius2,
+                                   w, keep_mask, keep_idx);
+    else
+        *num_kept = circle_nms_f64((const double*)centers, D, w.order, groups, N, radius2, w,
+                                   keep_mask, keep_idx);
+    return PCOPS_SUCCESS;
 }

@@ -1,77 +1,460 @@
 /*
  * circle_nms.cu -- greedy centre-distance NMS (circle NMS) on CUDA, with no host synchronisation.
  *
- * N = boxes, D = coordinate dims of a centre (only x and y are used), C = ceil(N / 64) blocks of
- * 64 consecutive positions of the visiting order ("row blocks" or "column blocks").
- * centers[N,D], order[N], groups[N]? -> keep_mask[N] (bool), keep_idx[N] (int64), num_kept[1].
+ * N = boxes, D = coordinate dims of a centre (only x and y are used); "position" = place in the
+ * visiting order (descending score, NaN first, ties to the lower index: the key of
+ * circle_nms.h, the CPU's order). centers[N,D], scores[N], groups[N]? -> keep_mask[N] (bool),
+ * keep_idx[N] (int64), num_kept[1].
  *
- * Same semantics and arithmetic as circle_nms.c: positions in visiting order; box j (later) is
- * removed by a kept box i (earlier) of its group when d = dx*dx + dy*dy < (T)radius2 with
- * dx = x[j] - x[i], evaluated without FMA contraction (__fmul_rn / __fadd_rn). Both therefore
- * keep exactly the same boxes.
+ * Same semantics and arithmetic as circle_nms.c: box j (later) is removed by a kept box i
+ * (earlier) of its group when pcops_dist2_xy (geometry.h: dx*dx + dy*dy, every operation
+ * rounded on its own) < (T)radius2. CPU and CUDA therefore keep exactly the same boxes.
  *
- * Three kernels on the caller's stream:
- *  1. nms_gather_kernel: the centres (and groups) gathered into visiting order, structure of
- *     arrays, in the workspace; keep_mask set to false and keep_idx to -1 everywhere (so every
- *     output element is written whatever the scan keeps). One thread per position.
- *  2. nms_mask_kernel: the suppression bitmask mask[N][C] of 64-bit words: bit t of
- *     mask[i][cb] is set when the box at position j = cb*64 + t comes later than position i
- *     (j > i), is in the same group and lies within the radius. One block of 64 threads per
- *     (row block rb, column block cb) pair with cb >= rb: the 64 column centres are staged in
- *     shared memory, thread t computes the word of row rb*64 + t. Blocks with cb < rb return at
- *     once: the lower triangle is never written, and never read.
- *  3. nms_scan_kernel: the greedy pass over the mask, by ONE thread block. removed[C] (a bit
- *     per position; in shared memory when C <= kScanSharedWords, else in the workspace) starts
- *     at 0. For each row block rb in turn:
- *       - thread 0 resolves the block's 64 boxes one after the other: box t is kept unless its
- *         bit is in `rem` (removed[rb], plus the rows that can never be kept: past N, or with
- *         an order entry outside [0, N)), and a kept box ORs its
- *         diagonal word mask[rb*64 + t][rb] into `rem`. The 64 diagonal words were loaded
- *         into shared memory in parallel, during the previous block's turn (a prefetch);
- *       - the kept boxes are written out (keep_mask[order[pos]] = true, keep_idx compacted in
- *         visiting order: every thread keeps the running count);
- *       - the kept rows' words are ORed into removed[cb] for every later column block cb, the
- *         column blocks split between the threads (one thread per cb; its loads of the kept
- *         rows go out kOrBatch at a time, independent of each other; a warp's loads of one row
- *         are consecutive words).
- *     Two barriers per row block. Cost: C sequential steps plus reading the K kept rows'
- *     upper-triangle words once.
+ * Three paths; the launch plan (nms_plan, from N alone) takes 1 up to kBlockMaxBoxes boxes and 3
+ * above; tests and benchmarks force any of them through `variant` (pcops.h):
  *
- * Workspace: mask N*C words (about N**2 / 8 bytes), x and y in visiting order (N each, dtype),
- * groups in visiting order (N int64), removed (C words, used when it does not fit in shared
- * memory). N <= 65535 * 64, the grid's limit in y.
+ * 1. Block path, N <= kBlockMaxBoxes: ONE launch of ONE thread block (nms_block_kernel),
+ *    everything in shared memory, no workspace:
+ *      a. score keys (circle_nms.h) with their box index, bitonic-sorted: the visiting order;
+ *      b. centres (and groups) gathered into visiting order; the bounding box of the finite
+ *         centres; a grid over it (make_grid) whose cells are at least the radius wide (at
+ *         most kBlockMaxCells cells: wider cells for spread-out scenes), so two boxes within
+ *         the radius lie in the same or adjacent cells. Non-finite centres are within the
+ *         radius of nothing (their distances are NaN or inf) and stay out of the grid;
+ *      c. positions bitonic-sorted by cell, and each cell's run [start, end) found;
+ *      d. for every position p, from the 3x3 cells around it: diag[p], the bits of the later
+ *         positions of p's own 64-position row block within the radius (same group), and
+ *         far[p], whether any later position of a later row block is;
+ *      e. the greedy scan, row block by row block (64 positions): warp 0 resolves the block
+ *         (a box is kept unless its removed bit is set or a kept earlier box of the block has
+ *         it in its diag word; only rows with a nonzero diag word are visited), then every
+ *         thread takes (kept row with far set, cell) pairs and sets the removed bits of the
+ *         later boxes within the radius (atomicOr on a shared bitset). Two barriers per block.
+ *    Cost: two bitonic sorts of next_pow2(N) keys, the 3x3-cell candidates of every box once,
+ *    and those of the kept boxes with a far neighbour once more; ceil(N/64) sequential steps.
+ *
+ * 3. Grid path, any N up to PCOPS_CIRCLE_NMS_CUDA_MAX: the same algorithm with its arrays in
+ *    the workspace (O(N), L2-resident at the sizes that matter), prepared by the whole GPU:
+ *      nms_score_keys_kernel + cub::DeviceRadixSort::SortPairs (stable) -> order (int32);
+ *      nms_grid_gather_kernel (centres into visiting order, keep_mask false, the bounding box
+ *      by atomics); nms_grid_keys_kernel (the grid, cell keys) + a cub sort by cell (spatial
+ *      order); nms_grid_cells_kernel (cell_begin[], boxes in spatial order, position ->
+ *      spatial index); nms_grid_neighbours_kernel (per position: the three runs of spatial
+ *      indices covering its 3x3 cells, diag, far); then nms_grid_scan_kernel, one block: per
+ *      row block warp 0 resolves it, all threads scan the runs of the kept rows with a far
+ *      neighbour and set removed bits (indexed by spatial index, in shared memory up to 2**20
+ *      boxes); the next row block is prefetched into registers and double-buffered.
+ *    Cost: two radix sorts and O(N * neighbourhood) tests spread over the GPU, then ceil(N/64)
+ *    sequential steps of about one L2 round trip each.
+ *
+ * 2. Bitmask path (the previous large path, kept for comparison; forced only):
+ *      a. score keys + cub sort -> order, as in 3;
+ *      b. nms_gather_kernel: centres (and groups) into visiting order, structure of arrays;
+ *         keep_mask false / keep_idx -1 everywhere;
+ *      c. nms_mask_kernel: the suppression bitmask mask[N][C] (C = ceil(N/64)) of 64-bit words:
+ *         bit t of mask[i][cb] is set when position j = cb*64 + t > i is in i's group and
+ *         within the radius; the upper triangle only (blocks with cb < rb return at once);
+ *      d. nms_scan_kernel: the greedy pass over the mask by ONE thread block: per row block,
+ *         thread 0 resolves its 64 boxes from the diagonal words (prefetched during the
+ *         previous block), the kept ones are written out, and the kept rows' words are ORed
+ *         into removed[cb] for every later column block. Two barriers per row block.
+ *    Workspace: about N**2 / 8 bytes (the mask) plus O(N).
+ *
+ * Workspaces are carved with geometry.h's one alignment (mask_layout, grid_layout); the block
+ * kernel's shared memory is carved by block_smem (16-byte pieces), on the host for its size.
  */
+#include <cub/device/device_radix_sort.cuh>
+
+#include <atomic>
+#include <cmath>
 #include <cstdint>
 
-#include "common.h"
+#include "circle_nms.h"
+#include "geometry.h"
 #include "pcops.h"
 
 namespace {
 
-constexpr int kBoxesPerWord = 64;     // positions per row / column block = bits of a mask word
+constexpr int kBoxesPerWord = 64;  // positions per row / column block = bits of a mask word
+
+// Block path.
+constexpr int kBlockMaxBoxes = PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX;
+constexpr int kBlockMaxCells = 8192;   // cell runs are uint16: N <= 4096 fits
+constexpr int kBlockMaxThreads = 1024;
+
+// Bitmask path.
+constexpr int kKeyThreads = 256;
 constexpr int kGatherThreads = 256;
 constexpr int kScanThreads = 256;
 constexpr int kOrBatch = 16;  // kept rows whose mask words a scan thread loads at once
 constexpr int64_t kScanSharedWords = 4096;  // removed[] lives in shared memory up to this C (32 KB)
 constexpr int64_t kMaxBlocks = 65535;       // C limit: gridDim.y of the mask kernel
 
-// Squared xy distance, left to right, no contraction whatever the compiler flags.
-__device__ __forceinline__ float squared_distance_xy(float dx, float dy) {
-    return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
+__device__ __forceinline__ float dist2_xy(float ax, float ay, float bx, float by) {
+    return pcops_dist2_xy_f32(ax, ay, bx, by);
 }
-__device__ __forceinline__ double squared_distance_xy(double dx, double dy) {
-    return __dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy));
+__device__ __forceinline__ double dist2_xy(double ax, double ay, double bx, double by) {
+    return pcops_dist2_xy_f64(ax, ay, bx, by);
+}
+__device__ __forceinline__ uint64_t score_key(float s) { return pcops_nms_score_key_f32(s); }
+__device__ __forceinline__ uint64_t score_key(double s) { return pcops_nms_score_key_f64(s); }
+
+// ------------------------------------------------------------------------------------------
+// Block path
+
+// Sorts (key[i], idx[i]), i < P, ascending by key then idx; P a power of two (or 1). Called by
+// every thread of the block (barriers inside, in uniform control flow); the caller has a
+// barrier between its writes of key/idx and the call. Each compare-exchange pair (i, i ^ j) is
+// handled by the one thread that owns i, the lower of the two.
+__device__ void block_bitonic_sort(uint64_t* key, int32_t* idx, int P) {
+    for (int k = 2; k <= P; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < P; i += blockDim.x) {
+                const int l = i ^ j;
+                if (l > i) {
+                    const uint64_t ka = key[i], kb = key[l];
+                    const int32_t ia = idx[i], ib = idx[l];
+                    const bool a_after_b = ka > kb || (ka == kb && ia > ib);
+                    const bool ascending = (i & k) == 0;
+                    if (a_after_b == ascending) {
+                        key[i] = kb;
+                        key[l] = ka;
+                        idx[i] = ib;
+                        idx[l] = ia;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// The grid of the block path: cell (cx, cy) of a finite centre, cx in [0, gx), cy in [0, gy).
+struct BlockGrid {
+    double x0, y0, inv;  // origin (the finite centres' minimum) and 1 / cell width
+    int gx, gy;
+};
+
+// Cell coordinate along one axis: floor((v - v0) * inv) clamped to [0, g). The clamp is
+// monotone, so boxes in adjacent unclamped cells stay in the same or adjacent cells.
+__device__ __forceinline__ int grid_coord(double v, double v0, double inv, int g) {
+    const double c = floor((v - v0) * inv);
+    if (!(c > 0.0)) return 0;  // also NaN (not reached: only finite centres get a cell)
+    return c < (double)(g - 1) ? (int)c : g - 1;
+}
+
+// The grid over the finite centres' bounding box [lo, hi]: cells at least cell_min wide
+// (radius * (1 + 2**-10); 0 when radius2 rounds to 0: nothing is within it, any grid will do;
+// inf: one cell), at least 1/4000 of the longer side, then 1.25x wider until at most max_cells
+// cells. One cell when nothing is finite or the extent overflows. A pure function of its
+// arguments: every thread that calls it gets the same grid.
+__device__ BlockGrid make_grid(double lo_x, double lo_y, double hi_x, double hi_y,
+                               double cell_min, int max_cells) {
+    BlockGrid gr;
+    gr.x0 = lo_x;
+    gr.y0 = lo_y;
+    gr.inv = 0.0;
+    gr.gx = 1;
+    gr.gy = 1;
+    const double ex = hi_x - lo_x, ey = hi_y - lo_y;  // -inf when nothing is finite
+    double cell = cell_min > 0.0 ? cell_min : 0.0;
+    const double side = ex > ey ? ex : ey;
+    if (cell < side / 4000.0) cell = side / 4000.0;
+    if (ex >= 0.0 && ey >= 0.0 && ex < INFINITY && ey < INFINITY && cell > 0.0 &&
+        cell < INFINITY) {
+        for (;;) {
+            const double nx = floor(ex / cell) + 1.0, ny = floor(ey / cell) + 1.0;
+            if (nx * ny <= (double)max_cells) {
+                gr.gx = (int)nx;
+                gr.gy = (int)ny;
+                gr.inv = 1.0 / cell;
+                break;
+            }
+            cell *= 1.25;
+        }
+    }
+    return gr;
+}
+
+template <typename T>
+__device__ __forceinline__ bool finite_xy(T x, T y) {
+    return isfinite(x) && isfinite(y);
+}
+
+// Shared memory of the block kernel for N boxes, P = next power of two >= N (at least 1);
+// one carving for the size computed on the host and the pointers on the device.
+template <typename T>
+struct BlockSmem {
+    uint64_t* key;      // [P] sort keys; after the sorts: diag[N] (the diagonal words)
+    int32_t* idx;       // [P] sort payload: box index by position, then position by cell order
+    int32_t* order;     // [N] box index by position
+    T* x;               // [N] centres by position
+    T* y;               // [N]
+    int64_t* g;         // [N] groups by position (when groups are given)
+    uint16_t* cstart;   // [kBlockMaxCells] cell runs in cell order
+    uint16_t* cend;     // [kBlockMaxCells]
+    uint32_t* removed;  // [2 C] a bit per position
+    uint32_t* far;      // [2 C] a bit per position
+    size_t bytes;
+};
+
+template <typename T>
+__host__ __device__ BlockSmem<T> block_smem(void* base, int N, int P, bool with_groups) {
+    const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    char* p = (char*)base;
+    size_t off = 0;
+    BlockSmem<T> s;
+    auto take = [&](size_t bytes) {
+        char* q = p + off;
+        off += (bytes + 15) & ~(size_t)15;  // 16-byte pieces: every type stays aligned
+        return q;
+    };
+    s.key = (uint64_t*)take((size_t)P * sizeof(uint64_t));
+    s.idx = (int32_t*)take((size_t)P * sizeof(int32_t));
+    s.order = (int32_t*)take((size_t)N * sizeof(int32_t));
+    s.x = (T*)take((size_t)N * sizeof(T));
+    s.y = (T*)take((size_t)N * sizeof(T));
+    s.g = with_groups ? (int64_t*)take((size_t)N * sizeof(int64_t)) : nullptr;
+    s.cstart = (uint16_t*)take(kBlockMaxCells * sizeof(uint16_t));
+    s.cend = (uint16_t*)take(kBlockMaxCells * sizeof(uint16_t));
+    s.removed = (uint32_t*)take((size_t)2 * C * sizeof(uint32_t));
+    s.far = (uint32_t*)take((size_t)2 * C * sizeof(uint32_t));
+    s.bytes = off;
+    return s;
+}
+
+// One block of blockDim.x threads (a multiple of 64, at most 1024), dynamic shared memory
+// block_smem(...).bytes. N in [1, kBlockMaxBoxes]; P = next power of two >= N.
+template <typename T, typename S>
+__global__ void __launch_bounds__(kBlockMaxThreads, 1)
+nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__ scores,
+                 const int64_t* __restrict__ groups, int N, int P, T r2, double cell_min,
+                 bool* __restrict__ keep_mask, int64_t* __restrict__ keep_idx,
+                 int64_t* __restrict__ num_kept) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ uint64_t s_kept[kBlockMaxBoxes / kBoxesPerWord];  // kept bits per row block
+    __shared__ double s_lo[2][32], s_hi[2][32];                  // per-warp bounding boxes
+    __shared__ BlockGrid s_grid;
+    __shared__ int64_t s_count;
+    const BlockSmem<T> sm = block_smem<T>(smem, N, P, groups != nullptr);
+    const int tid = threadIdx.x, nthreads = blockDim.x;
+    const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+
+    // a. the visiting order
+    for (int i = tid; i < P; i += nthreads) {
+        sm.key[i] = i < N ? score_key(scores[i]) : ~uint64_t(0);
+        sm.idx[i] = i;
+    }
+    for (int w = tid; w < 2 * C; w += nthreads) {
+        sm.removed[w] = 0;
+        sm.far[w] = 0;
+    }
+    __syncthreads();
+    block_bitonic_sort(sm.key, sm.idx, P);
+
+    // b. gather into visiting order; bounding box of the finite centres
+    double lo_x = INFINITY, lo_y = INFINITY, hi_x = -INFINITY, hi_y = -INFINITY;
+    for (int p = tid; p < N; p += nthreads) {
+        const int32_t o = sm.idx[p];  // a permutation of [0, N): the keys of [0, N) sort first
+        const T x = centers[(int64_t)o * D + 0], y = centers[(int64_t)o * D + 1];
+        sm.order[p] = o;
+        sm.x[p] = x;
+        sm.y[p] = y;
+        if (sm.g) sm.g[p] = groups[o];
+        if (finite_xy(x, y)) {
+            lo_x = fmin(lo_x, (double)x);
+            lo_y = fmin(lo_y, (double)y);
+            hi_x = fmax(hi_x, (double)x);
+            hi_y = fmax(hi_y, (double)y);
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        lo_x = fmin(lo_x, __shfl_xor_sync(0xffffffffu, lo_x, off));
+        lo_y = fmin(lo_y, __shfl_xor_sync(0xffffffffu, lo_y, off));
+        hi_x = fmax(hi_x, __shfl_xor_sync(0xffffffffu, hi_x, off));
+        hi_y = fmax(hi_y, __shfl_xor_sync(0xffffffffu, hi_y, off));
+    }
+    if ((tid & 31) == 0) {
+        s_lo[0][tid >> 5] = lo_x;
+        s_lo[1][tid >> 5] = lo_y;
+        s_hi[0][tid >> 5] = hi_x;
+        s_hi[1][tid >> 5] = hi_y;
+    }
+    __syncthreads();  // s_lo/s_hi written; sm.idx (score order) read for the last time
+    if (tid == 0) {
+        for (int w = 1; w < nthreads / 32; ++w) {
+            lo_x = fmin(lo_x, s_lo[0][w]);
+            lo_y = fmin(lo_y, s_lo[1][w]);
+            hi_x = fmax(hi_x, s_hi[0][w]);
+            hi_y = fmax(hi_y, s_hi[1][w]);
+        }
+        s_grid = make_grid(lo_x, lo_y, hi_x, hi_y, cell_min, kBlockMaxCells);
+    }
+    __syncthreads();  // s_grid published
+    const BlockGrid gr = s_grid;
+    const int ncells = gr.gx * gr.gy;
+
+    // c. positions sorted by cell (non-finite centres: key ncells, after every cell)
+    for (int i = tid; i < P; i += nthreads) {
+        uint64_t k = ~uint64_t(0);
+        if (i < N) {
+            const T x = sm.x[i], y = sm.y[i];
+            k = (uint64_t)ncells;
+            if (finite_xy(x, y))
+                k = (uint64_t)grid_coord((double)y, gr.y0, gr.inv, gr.gy) * gr.gx +
+                    grid_coord((double)x, gr.x0, gr.inv, gr.gx);
+        }
+        sm.key[i] = k;
+        sm.idx[i] = i;
+    }
+    for (int c = tid; c < ncells; c += nthreads) {
+        sm.cstart[c] = 0;
+        sm.cend[c] = 0;
+    }
+    __syncthreads();
+    block_bitonic_sort(sm.key, sm.idx, P);
+    for (int s = tid; s < N; s += nthreads) {  // each run's ends are written by one thread
+        const uint64_t k = sm.key[s];
+        if (k < (uint64_t)ncells) {
+            if (s == 0 || sm.key[s - 1] != k) sm.cstart[k] = (uint16_t)s;
+            if (s == N - 1 || sm.key[s + 1] != k) sm.cend[k] = (uint16_t)(s + 1);
+        }
+    }
+    __syncthreads();  // the runs are complete; sm.key is free again (it becomes diag)
+
+    // d. diag and far of every position, from the 3x3 cells around it
+    uint64_t* diag = sm.key;
+    for (int p = tid; p < N; p += nthreads) {
+        const T xp = sm.x[p], yp = sm.y[p];
+        const int64_t gp = sm.g ? sm.g[p] : 0;
+        uint64_t word = 0;
+        bool far = false;
+        if (finite_xy(xp, yp)) {
+            const int cx = grid_coord((double)xp, gr.x0, gr.inv, gr.gx);
+            const int cy = grid_coord((double)yp, gr.y0, gr.inv, gr.gy);
+            const int block_end = (p / kBoxesPerWord + 1) * kBoxesPerWord;
+            for (int yy = (cy > 0 ? cy - 1 : 0); yy <= (cy + 1 < gr.gy ? cy + 1 : cy); ++yy) {
+                for (int xx = (cx > 0 ? cx - 1 : 0); xx <= (cx + 1 < gr.gx ? cx + 1 : cx);
+                     ++xx) {
+                    const int c = yy * gr.gx + xx;
+                    for (int s = sm.cstart[c]; s < sm.cend[c]; ++s) {
+                        const int q = sm.idx[s];
+                        if (q <= p) continue;
+                        if (sm.g && sm.g[q] != gp) continue;
+                        if (!(dist2_xy(sm.x[q], sm.y[q], xp, yp) < r2)) continue;
+                        if (q < block_end)
+                            word |= uint64_t(1) << (q % kBoxesPerWord);
+                        else
+                            far = true;
+                    }
+                }
+            }
+        }
+        diag[p] = word;
+        if (far) atomicOr(&sm.far[p / 32], 1u << (p % 32));
+    }
+    __syncthreads();
+
+    // e. the greedy scan
+    int64_t count = 0;  // warp 0: boxes kept so far
+    for (int rb = 0; rb < C; ++rb) {
+        const int base = rb * kBoxesPerWord;
+        if (tid < 32) {  // warp 0 resolves the row block
+            const int a = base + tid, b = base + 32 + tid;
+            const uint64_t da = a < N ? diag[a] : 0, db = b < N ? diag[b] : 0;
+            const uint64_t nonzero = (uint64_t)__ballot_sync(0xffffffffu, da != 0) |
+                                     ((uint64_t)__ballot_sync(0xffffffffu, db != 0) << 32);
+            uint64_t kept = 0;
+            if (tid == 0) {
+                uint64_t rem = (uint64_t)sm.removed[2 * rb] |
+                               ((uint64_t)sm.removed[2 * rb + 1] << 32);
+                if (N - base < kBoxesPerWord) rem |= ~uint64_t(0) << (N - base);  // past N
+                // increasing t: bit t of rem is final when t is reached (diag words only hold
+                // later positions)
+                for (uint64_t todo = nonzero; todo; todo &= todo - 1) {
+                    const int t = __ffsll((long long)todo) - 1;
+                    if (!((rem >> t) & 1)) rem |= diag[base + t];
+                }
+                kept = ~rem;
+                s_kept[rb] = kept;
+            }
+            kept = __shfl_sync(0xffffffffu, kept, 0);
+            if (keep_idx) {
+                if ((kept >> tid) & 1)
+                    keep_idx[count + __popcll(kept & ((uint64_t(1) << tid) - 1))] = sm.order[a];
+                if ((kept >> (32 + tid)) & 1)
+                    keep_idx[count + __popcll(kept & ((uint64_t(1) << (32 + tid)) - 1))] =
+                        sm.order[b];
+            }
+            count += __popcll(kept);
+        }
+        __syncthreads();  // s_kept[rb] published
+
+        // kept rows with a far neighbour remove the later boxes within the radius; work items
+        // (row, cell of its 3x3 neighbourhood) spread over the threads
+        const uint64_t kept_far = s_kept[rb] & ((uint64_t)sm.far[2 * rb] |
+                                                ((uint64_t)sm.far[2 * rb + 1] << 32));
+        if (kept_far) {
+            const int block_end = base + kBoxesPerWord;
+            for (int item = tid; item < kBoxesPerWord * 9; item += nthreads) {
+                const int t = item / 9, k = item % 9;
+                if (!((kept_far >> t) & 1)) continue;
+                const int p = base + t;  // < N: kept rows are
+                const T xp = sm.x[p], yp = sm.y[p];  // finite: far is only set for those
+                const int cx = grid_coord((double)xp, gr.x0, gr.inv, gr.gx) + k % 3 - 1;
+                const int cy = grid_coord((double)yp, gr.y0, gr.inv, gr.gy) + k / 3 - 1;
+                if (cx < 0 || cx >= gr.gx || cy < 0 || cy >= gr.gy) continue;
+                const int64_t gp = sm.g ? sm.g[p] : 0;
+                const int c = cy * gr.gx + cx;
+                for (int s = sm.cstart[c]; s < sm.cend[c]; ++s) {
+                    const int q = sm.idx[s];
+                    if (q < block_end) continue;
+                    if (sm.g && sm.g[q] != gp) continue;
+                    if (dist2_xy(sm.x[q], sm.y[q], xp, yp) < r2)
+                        atomicOr(&sm.removed[q / 32], 1u << (q % 32));
+                }
+            }
+        }
+        __syncthreads();  // removed bits of the later blocks final for this row block
+    }
+
+    // outputs: keep_mask by box, the tail of keep_idx, num_kept
+    if (tid == 0) s_count = count;
+    __syncthreads();
+    const int64_t total = s_count;
+    if (keep_mask)
+        for (int p = tid; p < N; p += nthreads)
+            keep_mask[sm.order[p]] = (s_kept[p / kBoxesPerWord] >> (p % kBoxesPerWord)) & 1;
+    if (keep_idx)
+        for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
+    if (tid == 0 && num_kept) *num_kept = total;
 }
 
 // ------------------------------------------------------------------------------------------
-// CUDA kernels
+// Bitmask path
+
+// Score keys and their box indices; with bbox (grid path), also the empty bounding box that
+// nms_grid_gather_kernel then fills (bbox[0..3]: ordered bits of min x, min y, max x, max y).
+template <typename S>
+__global__ void __launch_bounds__(kKeyThreads)
+nms_score_keys_kernel(const S* __restrict__ scores, int64_t N, uint64_t* __restrict__ keys,
+                      int32_t* __restrict__ pos, unsigned long long* __restrict__ bbox) {
+    if (bbox && blockIdx.x == 0 && threadIdx.x < 4)
+        bbox[threadIdx.x] = threadIdx.x < 2 ? ~0ull : 0ull;  // min above, max below everything
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride) {
+        keys[i] = score_key(scores[i]);
+        pos[i] = (int32_t)i;
+    }
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kGatherThreads)
-nms_gather_kernel(const T* __restrict__ centers, int64_t D, const int64_t* __restrict__ order,
+nms_gather_kernel(const T* __restrict__ centers, int64_t D, const int32_t* __restrict__ order,
                   const int64_t* __restrict__ groups, int64_t N, T* __restrict__ xs,
                   T* __restrict__ ys, int64_t* __restrict__ gs, bool* __restrict__ keep_mask,
                   int64_t* __restrict__ keep_idx) {
+    // keep_mask / keep_idx may be NULL (not wanted by the caller).
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < N; p += stride) {
         const int64_t o = order[p];
@@ -85,8 +468,8 @@ nms_gather_kernel(const T* __restrict__ centers, int64_t D, const int64_t* __res
         xs[p] = x;
         ys[p] = y;
         if (gs) gs[p] = g;
-        keep_mask[p] = false;
-        keep_idx[p] = -1;
+        if (keep_mask) keep_mask[p] = false;
+        if (keep_idx) keep_idx[p] = -1;
     }
 }
 
@@ -122,7 +505,7 @@ nms_mask_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
     // On the diagonal block only the later positions count; entries [0, cols) of s_* are set.
     uint64_t word = 0;
     for (int c = (cb == rb) ? t + 1 : 0; c < cols; ++c) {
-        const T d = squared_distance_xy(s_x[c] - xi, s_y[c] - yi);
+        const T d = dist2_xy(s_x[c], s_y[c], xi, yi);
         const bool hit = d < r2 && (gs == nullptr || s_g[c] == gi);
         word |= (uint64_t)hit << c;
     }
@@ -131,7 +514,7 @@ nms_mask_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
 
 // Position rb*64 + t of the visiting order: its box index (-1 past N) and its diagonal word.
 __device__ __forceinline__ void load_row(const uint64_t* __restrict__ mask,
-                                         const int64_t* __restrict__ order, int64_t N,
+                                         const int32_t* __restrict__ order, int64_t N,
                                          int64_t C, int64_t rb, int t, int64_t& box,
                                          uint64_t& diag) {
     const int64_t row = rb * kBoxesPerWord + t;
@@ -156,7 +539,7 @@ __device__ __forceinline__ void stage_row(int t, int64_t box, uint64_t diag, int
 // One block of kScanThreads threads; dynamic shared memory C words unless removed_global is
 // given (then removed[] lives there).
 __global__ void __launch_bounds__(kScanThreads, 1)
-nms_scan_kernel(const uint64_t* __restrict__ mask, const int64_t* __restrict__ order, int64_t N,
+nms_scan_kernel(const uint64_t* __restrict__ mask, const int32_t* __restrict__ order, int64_t N,
                 int64_t C, uint64_t* removed_global, bool* __restrict__ keep_mask,
                 int64_t* __restrict__ keep_idx, int64_t* __restrict__ num_kept) {
     extern __shared__ uint64_t s_removed[];
@@ -200,8 +583,9 @@ nms_scan_kernel(const uint64_t* __restrict__ mask, const int64_t* __restrict__ o
 
         const uint64_t kept = s_kept;
         if (tid < kBoxesPerWord && ((kept >> tid) & 1)) {
-            keep_mask[box] = true;  // box is in [0, N): unkeepable rows are never kept
-            keep_idx[count + __popcll(kept & ((uint64_t(1) << tid) - 1))] = box;
+            // box is in [0, N): unkeepable rows are never kept
+            if (keep_mask) keep_mask[box] = true;
+            if (keep_idx) keep_idx[count + __popcll(kept & ((uint64_t(1) << tid) - 1))] = box;
         }
         count += __popcll(kept);
 
@@ -242,104 +626,661 @@ nms_scan_kernel(const uint64_t* __restrict__ mask, const int64_t* __restrict__ o
         }
         __syncthreads();  // removed[rb + 1] final; the next block's diagonal words staged
     }
-    if (tid == 0) *num_kept = count;
+    if (tid == 0 && num_kept) *num_kept = count;
 }
 
 // ------------------------------------------------------------------------------------------
-// kernel launchers
+// Grid path (N > kBlockMaxBoxes): the block path's algorithm with the data in global memory
+// (L2-resident at these sizes), the preparation spread over the GPU, the scan by one block.
 
-size_t align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+constexpr int kGridThreads = 256;     // preparation kernels
+constexpr int kGridScanThreads = 1024;
+constexpr int kGridRunSplit = 4;      // threads per (kept row, cell row) run in the scan
+constexpr int64_t kGridSharedBits = int64_t(1) << 20;  // removed[] in shared memory up to here
 
-// Workspace layout, shared by the size query and the launcher.
-struct NmsWorkspace {
+int64_t grid_max_cells(int64_t N) { return N < 512 ? 1024 : 2 * N; }
+
+// Order-preserving uint64 of a finite double (for atomicMin / atomicMax).
+__device__ __forceinline__ unsigned long long ordered_bits(double v) {
+    const unsigned long long b = (unsigned long long)__double_as_longlong(v);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+}
+__device__ __forceinline__ double from_ordered_bits(unsigned long long k) {
+    const unsigned long long b = (k >> 63) ? (k & 0x7fffffffffffffffull) : ~k;
+    return __longlong_as_double((long long)b);
+}
+
+// Centres (and groups) into visiting order; keep_mask false; the finite bounding box.
+template <typename T>
+__global__ void __launch_bounds__(kGridThreads)
+nms_grid_gather_kernel(const T* __restrict__ centers, int64_t D, const int32_t* __restrict__ order,
+                       const int64_t* __restrict__ groups, int64_t N, T* __restrict__ xs,
+                       T* __restrict__ ys, int64_t* __restrict__ gs, bool* __restrict__ keep_mask,
+                       unsigned long long* __restrict__ bbox) {
+    double lo_x = INFINITY, lo_y = INFINITY, hi_x = -INFINITY, hi_y = -INFINITY;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < N; p += stride) {
+        const int64_t o = order[p];  // a permutation of [0, N) (the sorted positions)
+        const T x = centers[o * D + 0], y = centers[o * D + 1];
+        xs[p] = x;
+        ys[p] = y;
+        if (gs) gs[p] = groups[o];
+        if (keep_mask) keep_mask[p] = false;  // every box index once
+        if (finite_xy(x, y)) {
+            lo_x = fmin(lo_x, (double)x);
+            lo_y = fmin(lo_y, (double)y);
+            hi_x = fmax(hi_x, (double)x);
+            hi_y = fmax(hi_y, (double)y);
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        lo_x = fmin(lo_x, __shfl_xor_sync(0xffffffffu, lo_x, off));
+        lo_y = fmin(lo_y, __shfl_xor_sync(0xffffffffu, lo_y, off));
+        hi_x = fmax(hi_x, __shfl_xor_sync(0xffffffffu, hi_x, off));
+        hi_y = fmax(hi_y, __shfl_xor_sync(0xffffffffu, hi_y, off));
+    }
+    if ((threadIdx.x & 31) == 0 && lo_x <= hi_x) {  // this warp saw a finite centre
+        atomicMin(&bbox[0], ordered_bits(lo_x));
+        atomicMin(&bbox[1], ordered_bits(lo_y));
+        atomicMax(&bbox[2], ordered_bits(hi_x));
+        atomicMax(&bbox[3], ordered_bits(hi_y));
+    }
+}
+
+__device__ __forceinline__ BlockGrid grid_from_bbox(const unsigned long long* bbox,
+                                                    double cell_min, int max_cells) {
+    if (bbox[0] == ~0ull) return make_grid(INFINITY, INFINITY, -INFINITY, -INFINITY, cell_min,
+                                           max_cells);  // nothing finite: one cell
+    return make_grid(from_ordered_bits(bbox[0]), from_ordered_bits(bbox[1]),
+                     from_ordered_bits(bbox[2]), from_ordered_bits(bbox[3]), cell_min,
+                     max_cells);
+}
+
+// Cell key of every position (ncells for a non-finite centre); the grid for later kernels.
+template <typename T>
+__global__ void __launch_bounds__(kGridThreads)
+nms_grid_keys_kernel(const T* __restrict__ xs, const T* __restrict__ ys, int64_t N,
+                     const unsigned long long* __restrict__ bbox, double cell_min,
+                     int max_cells, BlockGrid* __restrict__ grid_out,
+                     uint32_t* __restrict__ ckey, int32_t* __restrict__ cpos) {
+    const BlockGrid gr = grid_from_bbox(bbox, cell_min, max_cells);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *grid_out = gr;
+    const uint32_t ncells = (uint32_t)(gr.gx * gr.gy);
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < N; p += stride) {
+        const T x = xs[p], y = ys[p];
+        uint32_t k = ncells;
+        if (finite_xy(x, y))
+            k = (uint32_t)grid_coord((double)y, gr.y0, gr.inv, gr.gy) * (uint32_t)gr.gx +
+                (uint32_t)grid_coord((double)x, gr.x0, gr.inv, gr.gx);
+        ckey[p] = k;
+        cpos[p] = (int32_t)p;
+    }
+}
+
+// cell_begin[c] (c in [0, ncells]): the first spatial index whose cell is >= c; the boxes in
+// spatial order (sx, sy, sg); inv[position] = spatial index.
+template <typename T>
+__global__ void __launch_bounds__(kGridThreads)
+nms_grid_cells_kernel(const uint32_t* __restrict__ skey, const int32_t* __restrict__ spos,
+                      int64_t N, const BlockGrid* __restrict__ grid, const T* __restrict__ xs,
+                      const T* __restrict__ ys, const int64_t* __restrict__ gs,
+                      int32_t* __restrict__ cell_begin, T* __restrict__ sx, T* __restrict__ sy,
+                      int64_t* __restrict__ sg, int32_t* __restrict__ inv) {
+    const int64_t ncells = (int64_t)grid->gx * grid->gy;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s <= N; s += stride) {
+        // keys are <= ncells; cells (prev, cur] start at s (each c written once over all s)
+        const int64_t cur = s < N ? (int64_t)skey[s] : ncells;
+        const int64_t prev = s > 0 ? (int64_t)skey[s - 1] : -1;
+        for (int64_t c = prev + 1; c <= cur; ++c) cell_begin[c] = (int32_t)s;
+        if (s < N) {
+            const int32_t p = spos[s];
+            sx[s] = xs[p];
+            sy[s] = ys[p];
+            if (sg) sg[s] = gs[p];
+            inv[p] = (int32_t)s;
+        }
+    }
+}
+
+// Per position p: the runs of spatial indices of the 3 cell rows around its cell (runs[6p..]:
+// begin, end for cell rows cy-1, cy, cy+1; empty off the grid or for a non-finite centre),
+// diag[p] (bits of the later positions of its own row block within the radius, same group),
+// far[p] (1 when a later position of a later row block is).
+template <typename T>
+__global__ void __launch_bounds__(kGridThreads)
+nms_grid_neighbours_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
+                           const int64_t* __restrict__ gs, int64_t N,
+                           const BlockGrid* __restrict__ grid,
+                           const int32_t* __restrict__ cell_begin, const T* __restrict__ sx,
+                           const T* __restrict__ sy, const int64_t* __restrict__ sg,
+                           const int32_t* __restrict__ spos, T r2, int32_t* __restrict__ runs,
+                           uint64_t* __restrict__ diag, uint8_t* __restrict__ far) {
+    const BlockGrid gr = *grid;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < N; p += stride) {
+        const T xp = xs[p], yp = ys[p];
+        const int64_t gp = gs ? gs[p] : 0;
+        const int64_t block_end = (p / kBoxesPerWord + 1) * kBoxesPerWord;
+        uint64_t word = 0;
+        bool is_far = false;
+        int32_t run[6] = {0, 0, 0, 0, 0, 0};
+        if (finite_xy(xp, yp)) {
+            const int cx = grid_coord((double)xp, gr.x0, gr.inv, gr.gx);
+            const int cy = grid_coord((double)yp, gr.y0, gr.inv, gr.gy);
+            const int x_lo = cx > 0 ? cx - 1 : 0, x_hi = cx + 1 < gr.gx ? cx + 1 : cx;
+            for (int k = 0; k < 3; ++k) {
+                const int yy = cy - 1 + k;
+                if (yy < 0 || yy >= gr.gy) continue;
+                const int64_t row0 = (int64_t)yy * gr.gx;
+                const int32_t b = cell_begin[row0 + x_lo], e = cell_begin[row0 + x_hi + 1];
+                run[2 * k] = b;
+                run[2 * k + 1] = e;
+                for (int32_t s = b; s < e; ++s) {
+                    const int64_t q = spos[s];
+                    if (q <= p) continue;
+                    if (sg && sg[s] != gp) continue;
+                    if (!(dist2_xy(sx[s], sy[s], xp, yp) < r2)) continue;
+                    if (q < block_end)
+                        word |= uint64_t(1) << (q % kBoxesPerWord);
+                    else
+                        is_far = true;
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 6; ++k) runs[p * 6 + k] = run[k];
+        diag[p] = word;
+        far[p] = is_far ? 1 : 0;
+    }
+}
+
+// One row of a row block, as the scan stages it in shared memory.
+template <typename T>
+struct GridRow {
+    uint64_t diag;
+    T x, y;
+    int64_t g;
+    int32_t order, inv;
+    int32_t run[6];
+    uint8_t far;
+};
+
+template <typename T>
+__device__ __forceinline__ GridRow<T> load_grid_row(
+    int64_t r, int64_t N, const T* __restrict__ xs, const T* __restrict__ ys,
+    const int64_t* __restrict__ gs, const int32_t* __restrict__ order,
+    const int32_t* __restrict__ inv, const uint64_t* __restrict__ diag,
+    const uint8_t* __restrict__ far, const int32_t* __restrict__ runs) {
+    GridRow<T> row;
+    row.diag = 0;
+    row.x = T(0);
+    row.y = T(0);
+    row.g = 0;
+    row.order = -1;
+    row.inv = 0;
+    row.far = 0;
+#pragma unroll
+    for (int k = 0; k < 6; ++k) row.run[k] = 0;
+    if (r < N) {
+        row.diag = diag[r];
+        row.x = xs[r];
+        row.y = ys[r];
+        row.g = gs ? gs[r] : 0;
+        row.order = order[r];
+        row.inv = inv[r];
+        row.far = far[r];
+#pragma unroll
+        for (int k = 0; k < 6; ++k) row.run[k] = runs[r * 6 + k];
+    }
+    return row;
+}
+
+// The greedy scan of the grid path: one block of kGridScanThreads threads; removed[] (a bit per
+// spatial index) in dynamic shared memory unless removed_global is given. Per row block: warp 0
+// resolves it from the staged rows (removed bits at their spatial indices, diag words), then
+// every thread takes (kept row with far set, cell row, split) items and sets the removed bits
+// of the boxes within the radius in those runs. Removing boxes already decided (earlier
+// positions, the kept row itself) is harmless: their bits are never read again. The next row
+// block is loaded into registers by threads 0..63 at the start of a step and staged in the other
+// buffer at its end (double-buffered). Two barriers per row block.
+template <typename T>
+__global__ void __launch_bounds__(kGridScanThreads, 1)
+nms_grid_scan_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
+                     const int64_t* __restrict__ gs, const int32_t* __restrict__ order,
+                     const int32_t* __restrict__ inv, const uint64_t* __restrict__ diag,
+                     const uint8_t* __restrict__ far, const int32_t* __restrict__ runs,
+                     const T* __restrict__ sx, const T* __restrict__ sy,
+                     const int64_t* __restrict__ sg, int64_t N, int64_t C, T r2,
+                     uint32_t* removed_global, bool* __restrict__ keep_mask,
+                     int64_t* __restrict__ keep_idx, int64_t* __restrict__ num_kept) {
+    extern __shared__ uint32_t s_removed_bits[];
+    __shared__ GridRow<T> s_rows[2][kBoxesPerWord];
+    __shared__ uint64_t s_kept_far;
+    __shared__ int64_t s_count;
+    uint32_t* removed = removed_global ? removed_global : s_removed_bits;
+    const int tid = threadIdx.x, nthreads = blockDim.x;
+    const int64_t words = (N + 31) / 32;
+
+    for (int64_t w = tid; w < words; w += nthreads) removed[w] = 0;
+    if (tid < kBoxesPerWord)
+        s_rows[0][tid] = load_grid_row(tid, N, xs, ys, gs, order, inv, diag, far, runs);
+    int64_t count = 0;  // warp 0: boxes kept so far
+    __syncthreads();
+
+    for (int64_t rb = 0; rb < C; ++rb) {
+        const int cur = (int)(rb & 1);
+        const int64_t base = rb * kBoxesPerWord;
+        const bool has_next = rb + 1 < C;
+        GridRow<T> next;
+        if (tid < kBoxesPerWord && has_next)  // in flight behind this step's work
+            next = load_grid_row(base + kBoxesPerWord + tid, N, xs, ys, gs, order, inv, diag,
+                                 far, runs);
+
+        if (tid < 32) {  // warp 0 resolves the row block
+            const GridRow<T>& ra = s_rows[cur][tid];
+            const GridRow<T>& rb2 = s_rows[cur][32 + tid];
+            const bool gone_a = base + tid >= N || ((removed[ra.inv >> 5] >> (ra.inv & 31)) & 1);
+            const bool gone_b =
+                base + 32 + tid >= N || ((removed[rb2.inv >> 5] >> (rb2.inv & 31)) & 1);
+            const uint64_t gone = (uint64_t)__ballot_sync(0xffffffffu, gone_a) |
+                                  ((uint64_t)__ballot_sync(0xffffffffu, gone_b) << 32);
+            const uint64_t nonzero = (uint64_t)__ballot_sync(0xffffffffu, ra.diag != 0) |
+                                     ((uint64_t)__ballot_sync(0xffffffffu, rb2.diag != 0) << 32);
+            const uint64_t far_bits = (uint64_t)__ballot_sync(0xffffffffu, ra.far != 0) |
+                                      ((uint64_t)__ballot_sync(0xffffffffu, rb2.far != 0) << 32);
+            uint64_t kept = 0;
+            if (tid == 0) {
+                uint64_t rem = gone;
+                for (uint64_t todo = nonzero; todo; todo &= todo - 1) {
+                    const int t = __ffsll((long long)todo) - 1;
+                    if (!((rem >> t) & 1)) rem |= s_rows[cur][t].diag;
+                }
+                kept = ~rem;
+                s_kept_far = kept & far_bits;
+            }
+            kept = __shfl_sync(0xffffffffu, kept, 0);
+            if ((kept >> tid) & 1) {
+                if (keep_idx) keep_idx[count + __popcll(kept & ((uint64_t(1) << tid) - 1))] = ra.order;
+                if (keep_mask) keep_mask[ra.order] = true;
+            }
+            if ((kept >> (32 + tid)) & 1) {
+                if (keep_idx)
+                    keep_idx[count + __popcll(kept & ((uint64_t(1) << (32 + tid)) - 1))] =
+                        rb2.order;
+                if (keep_mask) keep_mask[rb2.order] = true;
+            }
+            count += __popcll(kept);
+        }
+        __syncthreads();  // s_kept_far published
+
+        const uint64_t kept_far = s_kept_far;
+        if (kept_far) {
+            for (int item = tid; item < kBoxesPerWord * 3 * kGridRunSplit; item += nthreads) {
+                const int t = item / (3 * kGridRunSplit);
+                if (!((kept_far >> t) & 1)) continue;
+                const int k = (item / kGridRunSplit) % 3, j = item % kGridRunSplit;
+                const GridRow<T>& row = s_rows[cur][t];
+                const int32_t e = row.run[2 * k + 1];
+                for (int32_t s = row.run[2 * k] + j; s < e; s += kGridRunSplit) {
+                    if (sg && sg[s] != row.g) continue;
+                    if (dist2_xy(sx[s], sy[s], row.x, row.y) < r2)
+                        atomicOr(&removed[s >> 5], 1u << (s & 31));
+                }
+            }
+        }
+        if (tid < kBoxesPerWord && has_next) s_rows[cur ^ 1][tid] = next;
+        __syncthreads();  // removed bits of this step final; the next row block staged
+    }
+
+    if (tid == 0) s_count = count;
+    __syncthreads();
+    const int64_t total = s_count;
+    if (keep_idx)
+        for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
+    if (tid == 0 && num_kept) *num_kept = total;
+}
+
+// ------------------------------------------------------------------------------------------
+// launch plan and launchers
+
+int next_pow2(int n) {
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+// The launch plan, computed once from the sizes (by the size query and the launcher alike).
+struct NmsPlan {
+    int variant;  // 1 block path, 2 bitmask path, 3 grid path, 0 nothing to launch (N == 0)
+    int P;        // block path: sort size
+    int threads;  // block path: block size
+};
+
+// variant: 0 by size, 1 block, 2 bitmask, 3 grid. ok = false when the variant cannot take N.
+NmsPlan nms_plan(int64_t N, int variant, bool& ok) {
+    NmsPlan plan{0, 0, 0};
+    ok = N >= 0 && (N + kBoxesPerWord - 1) / kBoxesPerWord <= kMaxBlocks && variant >= 0 &&
+         variant <= 3;
+    if (!ok || N == 0) return plan;
+    plan.variant = variant != 0 ? variant : (N <= kBlockMaxBoxes ? 1 : 3);
+    if (plan.variant == 1) {
+        if (N > kBlockMaxBoxes) {
+            ok = false;
+            return plan;
+        }
+        plan.P = next_pow2((int)N);
+        const int t = plan.P / 2;
+        plan.threads = t < 64 ? 64 : (t > kBlockMaxThreads ? kBlockMaxThreads : t);
+    }
+    return plan;
+}
+
+// Bitmask path workspace; one layout for the size query (base NULL) and the launcher.
+struct MaskWorkspace {
+    uint64_t *keys_in, *keys_out;
+    int32_t *pos_in, *order;
+    void* cub_temp;
+    size_t cub_bytes;
     uint64_t* mask;     // [N][C]
-    void* xs;           // [N] dtype
-    void* ys;           // [N] dtype
+    void *xs, *ys;      // [N] dtype
     int64_t* gs;        // [N]
     uint64_t* removed;  // [C]
     size_t bytes;
 };
 
-NmsWorkspace carve_workspace(void* base, size_t elem, int64_t N) {
-    const size_t n = (size_t)N;
-    const size_t c = (n + kBoxesPerWord - 1) / kBoxesPerWord;
-    char* p = (char*)base;
-    NmsWorkspace w;
-    size_t off = 0;
-    w.mask = (uint64_t*)(p + off);
-    off += align256(n * c * sizeof(uint64_t));
-    w.xs = p + off;
-    off += align256(n * elem);
-    w.ys = p + off;
-    off += align256(n * elem);
-    w.gs = (int64_t*)(p + off);
-    off += align256(n * sizeof(int64_t));
-    w.removed = (uint64_t*)(p + off);
-    off += align256(c * sizeof(uint64_t));
-    w.bytes = off;
+int score_end_bit(pcops_dtype score_dtype) { return score_dtype == PCOPS_FLOAT64 ? 64 : 32; }
+
+MaskWorkspace mask_layout(void* base, size_t elem, pcops_dtype score_dtype, int64_t N,
+                          cudaStream_t stream) {
+    const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    MaskWorkspace w;
+    w.cub_bytes = 0;
+    // size only: no launch (cub returns the temp size when the temp pointer is NULL)
+    cub::DeviceRadixSort::SortPairs(nullptr, w.cub_bytes, (const uint64_t*)nullptr,
+                                    (uint64_t*)nullptr, (const int32_t*)nullptr,
+                                    (int32_t*)nullptr, (int)N, 0, score_end_bit(score_dtype),
+                                    stream);
+    pcops_carver c = pcops_carver_init(base);
+    w.keys_in = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
+    w.keys_out = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
+    w.pos_in = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
+    w.order = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
+    w.cub_temp = pcops_carve(&c, (int64_t)w.cub_bytes, 1);
+    w.mask = (uint64_t*)pcops_carve(&c, N * C, sizeof(uint64_t));
+    w.xs = pcops_carve(&c, N, elem);
+    w.ys = pcops_carve(&c, N, elem);
+    w.gs = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.removed = (uint64_t*)pcops_carve(&c, C, sizeof(uint64_t));
+    w.bytes = pcops_carver_bytes(&c);
     return w;
 }
 
-template <typename T>
-cudaError_t launch_circle_nms(const T* centers, int64_t D, const int64_t* order,
-                              const int64_t* groups, int64_t N, double radius2, void* workspace,
-                              bool* keep_mask, int64_t* keep_idx, int64_t* num_kept,
-                              cudaStream_t stream) {
+// Opts the block kernel into its shared memory (above 48 KB) once per device.
+template <typename T, typename S>
+cudaError_t block_kernel_attributes() {
+    static std::atomic<unsigned long long> done{0};  // a bit per device ordinal < 64
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+    if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+    const size_t most =
+        block_smem<T>(nullptr, kBlockMaxBoxes, kBlockMaxBoxes, true).bytes;
+    err = cudaFuncSetAttribute(nms_block_kernel<T, S>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+    if (err == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_relaxed);
+    return err;
+}
+
+template <typename T, typename S>
+cudaError_t launch_block(const NmsPlan& plan, const T* centers, int64_t D, const S* scores,
+                         const int64_t* groups, int64_t N, double radius2, bool* keep_mask,
+                         int64_t* keep_idx, int64_t* num_kept, cudaStream_t stream) {
+    cudaError_t err = block_kernel_attributes<T, S>();
+    if (err != cudaSuccess) return err;
+    const T r2 = (T)radius2;  // rounded as the CPU rounds it
+    // cells at least the radius wide, with room for the rounding of the distance test
+    const double cell_min = sqrt((double)r2) * (1.0 + 1.0 / 1024.0);
+    const size_t smem = block_smem<T>(nullptr, (int)N, plan.P, groups != nullptr).bytes;
+    nms_block_kernel<T, S><<<1, plan.threads, smem, stream>>>(
+        centers, D, scores, groups, (int)N, plan.P, r2, cell_min, keep_mask, keep_idx,
+        num_kept);
+    return cudaGetLastError();
+}
+
+template <typename T, typename S>
+cudaError_t launch_mask(const T* centers, int64_t D, pcops_dtype score_dtype, const S* scores,
+                        const int64_t* groups, int64_t N, double radius2, void* workspace,
+                        bool* keep_mask, int64_t* keep_idx, int64_t* num_kept,
+                        cudaStream_t stream) {
     const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
-    NmsWorkspace w = carve_workspace(workspace, sizeof(T), N);
+    MaskWorkspace w = mask_layout(workspace, sizeof(T), score_dtype, N, stream);
     T* xs = (T*)w.xs;
     T* ys = (T*)w.ys;
     int64_t* gs = groups ? w.gs : nullptr;
 
+    const int64_t key_blocks = (N + kKeyThreads - 1) / kKeyThreads;
+    nms_score_keys_kernel<S><<<(unsigned)(key_blocks < 4096 ? key_blocks : 4096), kKeyThreads,
+                               0, stream>>>(scores, N, w.keys_in, w.pos_in, nullptr);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    // stable: equal keys keep the index order of pos_in, so ties go to the lower index
+    err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.keys_in, w.keys_out,
+                                          w.pos_in, w.order, (int)N, 0,
+                                          score_end_bit(score_dtype), stream);
+    if (err != cudaSuccess) return err;
+
     const int64_t gather_blocks = (N + kGatherThreads - 1) / kGatherThreads;
     nms_gather_kernel<T><<<(unsigned)(gather_blocks < 4096 ? gather_blocks : 4096),
-                           kGatherThreads, 0, stream>>>(centers, D, order, groups, N, xs, ys, gs,
-                                                        keep_mask, keep_idx);
-    // Rounded in the launch, as the CPU rounds it: the same (T)radius2 on both.
+                           kGatherThreads, 0, stream>>>(centers, D, w.order, groups, N, xs, ys,
+                                                        gs, keep_mask, keep_idx);
     nms_mask_kernel<T><<<dim3((unsigned)C, (unsigned)C), kBoxesPerWord, 0, stream>>>(
         xs, ys, gs, N, C, (T)radius2, w.mask);
     const bool shared = C <= kScanSharedWords;
     nms_scan_kernel<<<1, kScanThreads, shared ? C * sizeof(uint64_t) : 0, stream>>>(
-        w.mask, order, N, C, shared ? nullptr : w.removed, keep_mask, keep_idx, num_kept);
+        w.mask, w.order, N, C, shared ? nullptr : w.removed, keep_mask, keep_idx, num_kept);
     return cudaGetLastError();
+}
+
+// Grid path workspace; one layout for the size query (base NULL) and the launcher.
+struct GridWorkspace {
+    uint64_t *keys_in, *keys_out;
+    int32_t *pos_in, *order;
+    void* cub_temp;
+    size_t cub_bytes;
+    void *xs, *ys;  // [N] dtype, visiting order
+    int64_t* gs;
+    unsigned long long* bbox;  // [4]
+    BlockGrid* grid;
+    uint32_t *ckey, *skey;
+    int32_t *cpos, *spos, *cell_begin, *inv, *runs;
+    void *sx, *sy;  // [N] dtype, spatial order
+    int64_t* sg;
+    uint64_t* diag;
+    uint8_t* far;
+    uint32_t* removed;  // [ceil(N/32)] when it does not fit in shared memory
+    int cell_bits;      // bits of the cell keys
+    size_t bytes;
+};
+
+GridWorkspace grid_layout(void* base, size_t elem, pcops_dtype score_dtype, int64_t N,
+                          cudaStream_t stream) {
+    GridWorkspace w;
+    const int64_t max_cells = grid_max_cells(N);
+    w.cell_bits = 1;
+    while (w.cell_bits < 32 && (int64_t(1) << w.cell_bits) <= max_cells) ++w.cell_bits;
+    // size only: no launch (cub returns the temp size when the temp pointer is NULL)
+    size_t score_bytes = 0, cell_bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, score_bytes, (const uint64_t*)nullptr,
+                                    (uint64_t*)nullptr, (const int32_t*)nullptr,
+                                    (int32_t*)nullptr, (int)N, 0, score_end_bit(score_dtype),
+                                    stream);
+    cub::DeviceRadixSort::SortPairs(nullptr, cell_bytes, (const uint32_t*)nullptr,
+                                    (uint32_t*)nullptr, (const int32_t*)nullptr,
+                                    (int32_t*)nullptr, (int)N, 0, w.cell_bits, stream);
+    w.cub_bytes = score_bytes > cell_bytes ? score_bytes : cell_bytes;
+    pcops_carver c = pcops_carver_init(base);
+    w.keys_in = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
+    w.keys_out = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
+    w.pos_in = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
+    w.order = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
+    w.cub_temp = pcops_carve(&c, (int64_t)w.cub_bytes, 1);
+    w.xs = pcops_carve(&c, N, elem);
+    w.ys = pcops_carve(&c, N, elem);
+    w.gs = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.bbox = (unsigned long long*)pcops_carve(&c, 4, sizeof(unsigned long long));
+    w.grid = (BlockGrid*)pcops_carve(&c, 1, sizeof(BlockGrid));
+    w.ckey = (uint32_t*)pcops_carve(&c, N, sizeof(uint32_t));
+    w.skey = (uint32_t*)pcops_carve(&c, N, sizeof(uint32_t));
+    w.cpos = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
+    w.spos = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
+    w.cell_begin = (int32_t*)pcops_carve(&c, max_cells + 1, sizeof(int32_t));
+    w.inv = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
+    w.runs = (int32_t*)pcops_carve(&c, 6 * N, sizeof(int32_t));
+    w.sx = pcops_carve(&c, N, elem);
+    w.sy = pcops_carve(&c, N, elem);
+    w.sg = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.diag = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
+    w.far = (uint8_t*)pcops_carve(&c, N, sizeof(uint8_t));
+    w.removed = (uint32_t*)pcops_carve(&c, N > kGridSharedBits ? (N + 31) / 32 : 0,
+                                       sizeof(uint32_t));
+    w.bytes = pcops_carver_bytes(&c);
+    return w;
+}
+
+// Opts the grid scan kernel into its shared memory (the removed bits, above 48 KB) once per
+// device.
+template <typename T>
+cudaError_t grid_scan_attributes() {
+    static std::atomic<unsigned long long> done{0};  // a bit per device ordinal < 64
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+    if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
+    err = cudaFuncSetAttribute(nms_grid_scan_kernel<T>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)(kGridSharedBits / 8));
+    if (err == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_relaxed);
+    return err;
+}
+
+unsigned grid_blocks(int64_t n) {
+    const int64_t b = (n + kGridThreads - 1) / kGridThreads;
+    return (unsigned)(b < 1 ? 1 : (b < 8192 ? b : 8192));
+}
+
+template <typename T, typename S>
+cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, const S* scores,
+                        const int64_t* groups, int64_t N, double radius2, void* workspace,
+                        bool* keep_mask, int64_t* keep_idx, int64_t* num_kept,
+                        cudaStream_t stream) {
+    cudaError_t err = grid_scan_attributes<T>();
+    if (err != cudaSuccess) return err;
+    const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    GridWorkspace w = grid_layout(workspace, sizeof(T), score_dtype, N, stream);
+    const T r2 = (T)radius2;  // rounded as the CPU rounds it
+    const double cell_min = sqrt((double)r2) * (1.0 + 1.0 / 1024.0);
+    const int max_cells = (int)grid_max_cells(N);
+    T *xs = (T*)w.xs, *ys = (T*)w.ys, *sx = (T*)w.sx, *sy = (T*)w.sy;
+    int64_t* gs = groups ? w.gs : nullptr;
+    int64_t* sg = groups ? w.sg : nullptr;
+    const unsigned blocks = grid_blocks(N);
+
+    nms_score_keys_kernel<S><<<blocks, kGridThreads, 0, stream>>>(scores, N, w.keys_in,
+                                                                  w.pos_in, w.bbox);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    // stable: equal keys keep the index order of pos_in, so ties go to the lower index
+    err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.keys_in, w.keys_out,
+                                          w.pos_in, w.order, (int)N, 0,
+                                          score_end_bit(score_dtype), stream);
+    if (err != cudaSuccess) return err;
+    nms_grid_gather_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
+        centers, D, w.order, groups, N, xs, ys, gs, keep_mask, w.bbox);
+    nms_grid_keys_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
+        xs, ys, N, w.bbox, cell_min, max_cells, w.grid, w.ckey, w.cpos);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.ckey, w.skey, w.cpos,
+                                          w.spos, (int)N, 0, w.cell_bits, stream);
+    if (err != cudaSuccess) return err;
+    nms_grid_cells_kernel<T><<<grid_blocks(N + 1), kGridThreads, 0, stream>>>(
+        w.skey, w.spos, N, w.grid, xs, ys, gs, w.cell_begin, sx, sy, sg, w.inv);
+    nms_grid_neighbours_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
+        xs, ys, gs, N, w.grid, w.cell_begin, sx, sy, sg, w.spos, r2, w.runs, w.diag, w.far);
+    const bool shared = N <= kGridSharedBits;
+    nms_grid_scan_kernel<T><<<1, kGridScanThreads,
+                              shared ? (size_t)((N + 31) / 32) * sizeof(uint32_t) : 0, stream>>>(
+        xs, ys, gs, w.order, w.inv, w.diag, w.far, w.runs, sx, sy, sg, N, C, r2,
+        shared ? nullptr : w.removed, keep_mask, keep_idx, num_kept);
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_by_score(const NmsPlan& plan, const T* centers, int64_t D,
+                            pcops_dtype score_dtype, const void* scores, const int64_t* groups,
+                            int64_t N, double radius2, void* workspace, bool* keep_mask,
+                            int64_t* keep_idx, int64_t* num_kept, cudaStream_t stream) {
+    auto launch = [&](auto* s) {
+        switch (plan.variant) {
+            case 1:
+                return launch_block(plan, centers, D, s, groups, N, radius2, keep_mask,
+                                    keep_idx, num_kept, stream);
+            case 2:
+                return launch_mask(centers, D, score_dtype, s, groups, N, radius2, workspace,
+                                   keep_mask, keep_idx, num_kept, stream);
+            default:
+                return launch_grid(centers, D, score_dtype, s, groups, N, radius2, workspace,
+                                   keep_mask, keep_idx, num_kept, stream);
+        }
+    };
+    if (score_dtype == PCOPS_FLOAT32) return launch((const float*)scores);
+    return launch((const double*)scores);
 }
 
 }  // namespace
 
-extern "C" size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype, int64_t N) {
+extern "C" size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype,
+                                                        pcops_dtype score_dtype, int64_t N,
+                                                        int variant) {
     const size_t elem = pcops_dtype_size(dtype);
-    if (N <= 0 || elem == 0) return 0;
-    return carve_workspace(nullptr, elem, N).bytes;
+    bool ok;
+    const NmsPlan plan = nms_plan(N, variant, ok);
+    if (!ok || elem == 0 || plan.variant == 0 || plan.variant == 1) return 0;
+    if (plan.variant == 2) return mask_layout(nullptr, elem, score_dtype, N, 0).bytes;
+    return grid_layout(nullptr, elem, score_dtype, N, 0).bytes;
+}
+
+extern "C" cudaError_t pcops_circle_nms_cuda_variant(
+    pcops_dtype dtype, const void* centers, int64_t D, pcops_dtype score_dtype,
+    const void* scores, const int64_t* groups, int64_t N, double radius2, void* workspace,
+    bool* keep_mask, int64_t* keep_idx, int64_t* num_kept, int variant, cudaStream_t stream) {
+    bool ok;
+    const NmsPlan plan = nms_plan(N, variant, ok);
+    if (!ok || D < 2) return cudaErrorInvalidValue;
+    if (score_dtype != PCOPS_FLOAT32 && score_dtype != PCOPS_FLOAT64)
+        return cudaErrorInvalidValue;
+    if (N > 0 && (!centers || !scores || (plan.variant >= 2 && !workspace)))
+        return cudaErrorInvalidValue;
+    if (N == 0)
+        return pcops_launch_tail(
+            num_kept ? cudaMemsetAsync(num_kept, 0, sizeof(int64_t), stream) : cudaSuccess,
+            stream);
+    return pcops_dispatch_float(dtype, stream, [&](auto zero) {
+        using T = decltype(zero);
+        return launch_by_score<T>(plan, (const T*)centers, D, score_dtype, scores, groups, N,
+                                  radius2, workspace, keep_mask, keep_idx, num_kept, stream);
+    });
 }
 
 extern "C" cudaError_t pcops_circle_nms_cuda(pcops_dtype dtype, const void* centers, int64_t D,
-                                             const int64_t* order, const int64_t* groups,
-                                             int64_t N, double radius2, void* workspace,
-                                             bool* keep_mask, int64_t* keep_idx,
-                                             int64_t* num_kept, cudaStream_t stream) {
-    if (N < 0 || D < 2 || !num_kept) return cudaErrorInvalidValue;
-    if ((N + kBoxesPerWord - 1) / kBoxesPerWord > kMaxBlocks) return cudaErrorInvalidValue;
-    if (N > 0 && (!centers || !order || !workspace || !keep_mask || !keep_idx))
-        return cudaErrorInvalidValue;
-    cudaError_t err;
-    if (N == 0) {
-        err = cudaMemsetAsync(num_kept, 0, sizeof(int64_t), stream);
-    } else {
-        switch (dtype) {
-            case PCOPS_FLOAT32:
-                err = launch_circle_nms((const float*)centers, D, order, groups, N, radius2,
-                                        workspace, keep_mask, keep_idx, num_kept, stream);
-                break;
-            case PCOPS_FLOAT64:
-                err = launch_circle_nms((const double*)centers, D, order, groups, N, radius2,
-                                        workspace, keep_mask, keep_idx, num_kept, stream);
-                break;
-            default:
-                return cudaErrorInvalidValue;
-        }
-    }
-#ifdef PCOPS_DEBUG_SYNC
-    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-#endif
-    return err;
+                                             pcops_dtype score_dtype, const void* scores,
+                                             const int64_t* groups, int64_t N, double radius2,
+                                             void* workspace, bool* keep_mask,
+                                             int64_t* keep_idx, int64_t* num_kept,
+                                             cudaStream_t stream) {
+    return pcops_circle_nms_cuda_variant(dtype, centers, D, score_dtype, scores, groups, N,
+                                         radius2, workspace, keep_mask, keep_idx, num_kept, 0,
+                                         stream);
 }

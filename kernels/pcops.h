@@ -147,31 +147,30 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
 /* ------------------------------------------------------------------------------------------
  * Circle NMS (kernels/circle_nms.c, kernels/circle_nms.cu)
  *
- *   centers[N,D] (D >= 2, only x and y are used), order[N] (the visiting order: indices by
- *   descending score, ties to the lower index; computed by the caller with a stable sort),
+ *   centers[N,D] (D >= 2, only x and y are used), scores[N] (score_dtype: FLOAT32 or FLOAT64),
  *   groups[N]? -> keep_mask[N] (bool, in original index order), keep_idx[N] (int64, kept
  *   indices in visiting order, the first *num_kept valid, the rest -1), num_kept[1] (int64).
  *
- * Greedy: visit boxes in `order`; keep a box unless an already kept box of the same group lies
- * within squared xy distance < radius2 (compared in dtype: d = dx*dx + dy*dy < (T)radius2).
- * groups NULL: one group. dtype: FLOAT32 or FLOAT64. Every element of the three outputs is
- * written. `order` must be a permutation of [0, N); should an entry lie outside [0, N), that
- * visit keeps nothing and removes nothing (no out-of-bounds access).
+ * Greedy: visit boxes by descending score (equal scores: lower index first; NaN scores first,
+ * as torch.sort(descending=True) ranks them; -0.0 equals +0.0); keep a box unless an already
+ * kept box of the same group lies within squared xy distance < radius2 (compared in dtype:
+ * d = dx*dx + dy*dy < (T)radius2). groups NULL: one group. dtype: FLOAT32 or FLOAT64. The
+ * visiting order is computed inside (kernels/circle_nms.h has its key). keep_mask or keep_idx
+ * may be NULL (not written); every element of the outputs given is written.
  *
- * CPU: one thread; the boxes sorted by group and along x or y, so that a kept box tests only the
- * boxes of its group within the radius along that axis; O(N + K * band), at worst
- * O(K * N), for K kept boxes; workspace O(N).
- * CUDA: a suppression bitmask of N * ceil(N/64) 64-bit words in the workspace (about N**2 / 8
- * bytes: 134 MB for N = 32768, 313 MB for N = 50000; only its upper triangle is written and
- * read), then a scan over it by one thread block; no host synchronisation (*num_kept is written
- * on the device). N <= 4194240 (65535 blocks of 64).
+ * CPU: one thread; a stable radix sort of the score keys, then the boxes sorted by group and
+ * along x or y, so that a kept box tests only the boxes of its group within the radius along
+ * that axis; O(N + K * band), at worst O(K * N), for K kept boxes; workspace O(N).
+ * CUDA: see pcops_circle_nms_cuda_variant below; no host synchronisation (*num_kept is
+ * written on the device). N <= PCOPS_CIRCLE_NMS_CUDA_MAX (65535 blocks of 64).
  * ---------------------------------------------------------------------------------------- */
 size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N);
 
 pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_t D,
-                                  const int64_t* order, const int64_t* groups, int64_t N,
-                                  double radius2, void* workspace, bool* keep_mask,
-                                  int64_t* keep_idx, int64_t* num_kept);
+                                  pcops_dtype score_dtype, const void* scores,
+                                  const int64_t* groups, int64_t N, double radius2,
+                                  void* workspace, bool* keep_mask, int64_t* keep_idx,
+                                  int64_t* num_kept);
 
 /* ------------------------------------------------------------------------------------------
  * Interpolate (kernels/interpolate.c, kernels/interpolate.cu): PointNet++ feature propagation
@@ -231,11 +230,30 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
                                       int64_t M, int64_t S, void* workspace,
                                       void* grad_features, cudaStream_t stream);
 
-size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype, int64_t N);
+/* Circle NMS on CUDA. variant 0: by size (what pcops_circle_nms_cuda does: 1 up to
+ * PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX boxes, else 3); 1: the single-block kernel (one launch,
+ * everything in shared memory: the score sort, a spatial grid, the greedy scan; no workspace);
+ * 2: the bitmask path (a cub radix sort of the score keys, a suppression bitmask of
+ * N * ceil(N/64) 64-bit words, about N**2 / 8 bytes, then a scan by one thread block; kept for
+ * comparison); 3: the grid path (the single-block algorithm with its data in the workspace,
+ * O(N) bytes: two cub radix sorts, a spatial grid, then a scan by one thread block that tests
+ * only the kept boxes' neighbourhoods). N <= PCOPS_CIRCLE_NMS_CUDA_MAX for 2 and 3. The
+ * results are identical. cudaErrorInvalidValue for a variant that cannot take N. On CUDA
+ * num_kept may be NULL too (circle_nms_mask needs only the mask). */
+#define PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX 4096
+#define PCOPS_CIRCLE_NMS_CUDA_MAX ((int64_t)65535 * 64)
+size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype, pcops_dtype score_dtype,
+                                             int64_t N, int variant);
+cudaError_t pcops_circle_nms_cuda_variant(pcops_dtype dtype, const void* centers, int64_t D,
+                                          pcops_dtype score_dtype, const void* scores,
+                                          const int64_t* groups, int64_t N, double radius2,
+                                          void* workspace, bool* keep_mask, int64_t* keep_idx,
+                                          int64_t* num_kept, int variant, cudaStream_t stream);
 cudaError_t pcops_circle_nms_cuda(pcops_dtype dtype, const void* centers, int64_t D,
-                                  const int64_t* order, const int64_t* groups, int64_t N,
-                                  double radius2, void* workspace, bool* keep_mask,
-                                  int64_t* keep_idx, int64_t* num_kept, cudaStream_t stream);
+                                  pcops_dtype score_dtype, const void* scores,
+                                  const int64_t* groups, int64_t N, double radius2,
+                                  void* workspace, bool* keep_mask, int64_t* keep_idx,
+                                  int64_t* num_kept, cudaStream_t stream);
 /* Interpolate on CUDA (see pcops_interpolate_cpu). */
 cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* features, const int64_t* idx,
                                    const void* weight, int64_t B, int64_t N, int64_t C,

@@ -52,9 +52,9 @@ def circle_nms(
         int64 ``[K]``: the indices into ``centers`` of the kept boxes, in visiting order (by
         descending score).
 
-    Memory: on CUDA the NMS builds a suppression bitmask of ``N * ceil(N / 64)`` 64-bit words
-    (about ``N**2 / 8`` bytes: 2 MB for 4096 boxes, 134 MB for 32768, 313 MB for 50000) and
-    scans it with one thread block on the GPU; at most 4194240 boxes. The CPU needs O(N).
+    Memory: on CUDA, up to 4096 boxes run in one thread block's shared memory (one launch, no
+    workspace); more sort the boxes into a spatial grid in a workspace of about 120 bytes per
+    box and scan them with one thread block; at most 4194240 boxes. The CPU needs O(N).
 
     Example:
         >>> boxes = torch.rand(1000, 7) * 50            # x, y, z, l, w, h, yaw
@@ -92,7 +92,8 @@ def circle_nms_mask(
     Returns:
         bool ``[N]``: True where the box is kept.
 
-    Memory: as :func:`circle_nms` (about ``N**2 / 8`` bytes of workspace on CUDA).
+    Memory: as :func:`circle_nms` (none up to 4096 boxes, else about 120 bytes per box of
+    workspace on CUDA).
 
     Example:
         >>> centers, scores = torch.rand(4096, 3) * 50, torch.rand(4096)
@@ -131,23 +132,24 @@ def _circle_nms_mask_fake(centers, scores, radius, groups=None):
     return centers.new_empty((centers.shape[0],), dtype=torch.bool)
 
 
-# Index and mask outputs: nothing to differentiate, but registering says so, which lets the ops
-# take inputs that require grad (the outputs come back non-differentiable).
-def _setup_context(ctx, inputs, output):
-    ctx.mark_non_differentiable(output)
+@torch.library.register_fake("pcops::_circle_nms_variant")
+def _circle_nms_variant_fake(centers, scores, radius, groups, variant):
+    _check_fake_args(centers, scores, groups)
+    n = centers.shape[0]
+    return (centers.new_empty((n,), dtype=torch.bool), centers.new_empty((n,), dtype=torch.long),
+            centers.new_empty((1,), dtype=torch.long))
 
 
-def _circle_nms_backward(ctx, grad):
-    return None, None, None, None, None
+def _circle_nms_variant(centers, scores, radius, groups=None, variant=0):
+    """Internal, for tests and benchmarks: the NMS through one CUDA path (0: by size, 1: the
+    single-block kernel, N <= 4096; 2: the bitmask path, N**2/8 bytes of workspace; 3: the
+    grid path; the CPU has one path, 0). Returns
+    (keep_mask [N] bool, keep_idx [N] int64 with -1 past the kept ones, num_kept [1] int64);
+    every path gives the same bits."""
+    return torch.ops.pcops._circle_nms_variant.default(centers, scores, radius, groups, variant)
 
 
-def _circle_nms_mask_backward(ctx, grad):
-    return None, None, None, None
-
-
-torch.library.register_autograd(
-    "pcops::circle_nms", _circle_nms_backward, setup_context=_setup_context
-)
-torch.library.register_autograd(
-    "pcops::circle_nms_mask", _circle_nms_mask_backward, setup_context=_setup_context
-)
+# Autograd: the outputs are int64 / bool indices and masks, nothing to differentiate. The
+# bindings register a fallthrough for the Autograd key (bindings/circle_nms.cpp), so inputs that
+# require grad are accepted and the call stays in C++ (a Python autograd kernel cost several
+# microseconds per call).

@@ -12,6 +12,8 @@ from helpers import FLOAT_DTYPES, assert_equal
 
 nms_op = torch.ops.pcops.circle_nms.default
 mask_op = torch.ops.pcops.circle_nms_mask.default
+variant_op = torch.ops.pcops._circle_nms_variant.default
+BLOCK_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX: the single-block CUDA path up to here
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,6 +383,18 @@ def test_opcheck(device, gen, requires_grad):
     torch.library.opcheck(nms_op, (c, s, 0.5, 10, g))
 
 
+def test_inputs_that_require_grad(device, gen):
+    """The Autograd key falls through to the kernels (bindings/circle_nms.cpp): inputs that
+    require grad are accepted and the outputs (indices, masks) carry no graph."""
+    centers, scores, groups = detections(300, gen, n_groups=2)
+    c, s, g = to(device, centers, scores, groups)
+    c.requires_grad_(True)
+    s.requires_grad_(True)
+    for out in (nms_op(c, s, 0.5, -1, g), mask_op(c, s, 0.5, g), *variant_op(c, s, 0.5, g, 0)):
+        assert not out.requires_grad and out.grad_fn is None
+    assert_equal(nms_op(c, s, 0.5, -1, g), nms_op(c.detach(), s.detach(), 0.5, -1, g))
+
+
 def test_compile(device, gen):
     """circle_nms_mask compiles into one graph; circle_nms compiles with its data-dependent
     output size captured, or with a graph break."""
@@ -443,16 +457,22 @@ def test_cuda_small_sanitizer(cuda, gen, N):
 
 @pytest.mark.slow
 def test_cuda_removed_bits_in_global_memory(cuda, gen):
-    """Past 4096 column blocks (N > 262144) the scan keeps its removed bits in the workspace
-    instead of shared memory. Needs 8.6 GB of GPU memory for the mask. Boxes in 300 tight
-    clusters keep the CPU comparison quick."""
-    N = 4097 * 64 + 3
-    cluster = torch.randint(0, 300, (N,), generator=gen)
-    centers = torch.rand(300, 2, generator=gen)[cluster] * 1000 + torch.rand(N, 2, generator=gen) * 0.1
-    scores = torch.rand(N, generator=gen)
-    groups = torch.randint(0, 2, (N,), generator=gen)
-    expected = nms_op(centers, scores, 1.0, -1, groups)
-    assert_equal(nms_op(*to(cuda, centers, scores, groups)[:2], 1.0, -1, groups.cuda()), expected)
+    """Past 4096 column blocks (N > 262144) the bitmask scan keeps its removed bits in the
+    workspace instead of shared memory (needs 8.6 GB of GPU memory for the mask); past 2**20
+    boxes the grid scan does. Boxes in 300 tight clusters keep the CPU comparison quick."""
+    for N, variants in ((4097 * 64 + 3, (0, 2, 3)), (2**20 + 77, (0, 3))):
+        cluster = torch.randint(0, 300, (N,), generator=gen)
+        centers = (torch.rand(300, 2, generator=gen)[cluster] * 1000
+                   + torch.rand(N, 2, generator=gen) * 0.1)
+        scores = torch.rand(N, generator=gen)
+        groups = torch.randint(0, 2, (N,), generator=gen)
+        want = cpu_variant(centers, scores, 1.0, groups)
+        for variant in variants:
+            got = variant_op(centers.cuda(), scores.cuda(), 1.0, groups.cuda(), variant)
+            for a, b in zip(got, want):
+                assert_equal(a, b, what=f"N={N}, variant {variant}")
+            del got
+            torch.cuda.empty_cache()
 
 
 def test_cuda_deterministic(cuda, gen):
@@ -483,7 +503,7 @@ def test_cuda_side_stream(cuda, gen):
     assert_equal(torch.nonzero(mask).flatten(), expected.sort().values)
 
 
-@pytest.mark.parametrize("N", [3000, 5000])  # torch.sort takes another path past 4096
+@pytest.mark.parametrize("N", [3000, 5000])  # the single-block path, and the bitmask path
 def test_cuda_mask_graph_capture(cuda, gen, N):
     centers, scores, groups = detections(N, gen, n_groups=2)
     c, s, g = to(cuda, centers, scores, groups)
@@ -612,3 +632,144 @@ def test_second_gpu(gen):
     keep = nms_op(*to("cuda:1", centers, scores, groups)[:2], 0.5, -1, groups.to("cuda:1"))
     assert keep.device == torch.device("cuda:1")
     assert_equal(keep, nms_op(centers, scores, 0.5, -1, groups))
+
+
+# ---------------------------------------------------------------------------------------------
+# every path gives the same bits: the CPU, the CUDA single-block kernel (variant 1, N <= 4096),
+# the CUDA bitmask path (variant 2) and the CUDA grid path (variant 3), each forced through the
+# internal op's argument
+
+
+def path_cases(gen):
+    """(name, centers, scores, radius, groups): ties, duplicates, groups, edge radii, non-finite
+    values, N around the single-block limit."""
+    cases = []
+    for N in [0, 1, 2, 63, 64, 65, 1000, BLOCK_MAX - 1, BLOCK_MAX, BLOCK_MAX + 1]:
+        c, s, g = detections(N, gen, n_groups=3)
+        cases.append((f"uniform N={N} groups", c, s, 0.5, g))
+        cases.append((f"uniform N={N}", c, s, 0.5, None))
+    # scores on a few levels (many ties), centres on a grid (distances equal to the radius)
+    c, s, g = detections(3000, gen, n_groups=2, grid=4)
+    s = torch.round(s * 4) / 4
+    cases.append(("ties, grid, radius 0.5 (= grid distances)", c, s, 0.5, g))
+    cases.append(("ties, grid, radius 0.25", c, s, 0.25, None))
+    # duplicates: every centre three times, scores tied in pairs
+    c, s, _ = detections(700, gen)
+    cases.append(("duplicates", c.repeat(3, 1), torch.round(s.repeat(3) * 8) / 8, 0.5, None))
+    # all at one point; one tight cluster; a huge and a tiny radius
+    cases.append(("one point", torch.zeros(500, 2), torch.rand(500, generator=gen), 1.0, None))
+    c, s, _ = detections(2000, gen)
+    cases.append(("radius 1e20 (r2 inf in float32)", c, s, 1e20, None))
+    cases.append(("radius 1e-30 (r2 0 in float32)", c, s, 1e-30, None))
+    cases.append(("radius 30 (most removed)", c, s, 30.0, None))
+    # NaN / -0.0 scores, non-finite and far-out centres, negative coordinates, elongated scene
+    c, s, g = detections(1500, gen, n_groups=2)
+    s[::7] = float("nan")
+    s[1::11] = -0.0
+    s[2::11] = 0.0
+    c[3::13, 0] = float("nan")
+    c[4::17, 1] = float("inf")
+    c[5::19, 0] = -float("inf")
+    c[6] = torch.tensor([1e30, -1e30, 0.0])
+    c[7] = torch.tensor([1e30, -1e30, 0.0])  # a duplicate far out
+    c[:, :2] -= 20.0
+    cases.append(("NaN/-0 scores, non-finite and far-out centres", c, s, 0.5, g))
+    c, s, _ = detections(3500, gen)
+    c[:, 0] *= 50.0
+    c[:, 1] /= 50.0
+    cases.append(("elongated", c, s, 0.5, None))
+    # float64 scores that differ only below float32's resolution (equal once rounded)
+    c, _, _ = detections(2000, gen, density=20.0)
+    s = 0.5 + torch.randperm(2000, generator=gen).double() * 1e-13
+    cases.append(("float64 score differences below float32", c, s, 0.5, None))
+    return cases
+
+
+def cpu_variant(c, s, radius, g):
+    mask, idx, n = variant_op(c, s, radius, g, 0)
+    return mask, idx, n
+
+
+def test_variant_op_on_cpu_is_the_public_ops(gen):
+    for name, c, s, radius, g in path_cases(gen):
+        for dtype in (torch.float32, torch.float64):
+            cd = c.to(dtype)
+            mask, idx, n = cpu_variant(cd, s, radius, g)
+            keep = nms_op(cd, s, radius, -1, g)
+            K = int(n)
+            assert_equal(idx[:K], keep, what=f"keep_idx, {name}, {dtype}")
+            assert (idx[K:] == -1).all(), name
+            assert_equal(mask, mask_op(cd, s, radius, g), what=f"keep_mask, {name}, {dtype}")
+
+
+def test_variant_op_on_cpu_has_one_path():
+    c, s = torch.rand(10, 2), torch.rand(10)
+    for variant in (1, 2, 3, -1):
+        with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be 0"):
+            variant_op(c, s, 1.0, None, variant)
+
+
+def test_visiting_order_matches_a_stable_descending_sort(gen):
+    """The kernels sort the scores themselves now: their order is torch.sort(descending=True,
+    stable=True)'s, NaN first and -0.0 equal to +0.0, for float32 and float64 scores. With a
+    radius that removes nothing, keep is exactly the visiting order."""
+    for dtype in (torch.float32, torch.float64):
+        s = torch.round(torch.randn(5000, generator=gen, dtype=torch.float64) * 3).to(dtype)
+        s[::9] = float("nan")
+        s[1::13] = -0.0
+        s[2::13] = 0.0
+        s[3::17] = float("inf")
+        s[4::19] = -float("inf")
+        c = torch.arange(5000, dtype=torch.float32)[:, None].repeat(1, 2) * 10
+        expected = torch.sort(s, descending=True, stable=True).indices
+        assert_equal(nms_op(c, s, 1.0), expected, what=f"order, {dtype}")
+    # float64 scores equal in float32: the order follows the float64 values
+    s = 0.5 + torch.randperm(5000, generator=gen).double() * 1e-13
+    assert len(torch.unique(s.float())) < 10
+    expected = torch.sort(s, descending=True, stable=True).indices
+    assert_equal(nms_op(c, s, 1.0), expected, what="order, float64 below float32 resolution")
+
+
+@pytest.mark.parametrize("score_dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_every_path_matches_cpu(cuda, gen, dtype, score_dtype):
+    for name, c, s, radius, g in path_cases(gen):
+        c, s = c.to(dtype), s.to(score_dtype)
+        want_mask, want_idx, want_n = cpu_variant(c, s, radius, g)
+        variants = [0, 2, 3] + ([1] if len(c) <= BLOCK_MAX else [])
+        for variant in variants:
+            mask, idx, n = variant_op(*to(cuda, c, s)[:2], radius,
+                                      None if g is None else g.cuda(), variant)
+            what = f"{name}, variant {variant}, {dtype}, scores {score_dtype}"
+            assert_equal(n, want_n, what="num_kept, " + what)
+            assert_equal(idx, want_idx, what="keep_idx, " + what)
+            assert_equal(mask, want_mask, what="keep_mask, " + what)
+
+
+def test_cuda_single_block_limit(cuda, gen):
+    c, s = torch.rand(BLOCK_MAX + 1, 2, device=cuda), torch.rand(BLOCK_MAX + 1, device=cuda)
+    with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be"):
+        variant_op(c, s, 1.0, None, 1)
+    for bad in (-1, 4):
+        with pytest.raises(ValueError, match=r"argument 'variant' must be"):
+            variant_op(c[:10], s[:10], 1.0, None, bad)
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("variant", [1, 2, 3])
+@pytest.mark.parametrize("N", [1, 65, 700, 2100])  # 2100: a 4096-key sort by 1024 threads
+def test_cuda_paths_sanitizer(cuda, gen, variant, N):
+    c, s, g = detections(N, gen, n_groups=2, grid=4)
+    want = cpu_variant(c, s, 0.6, g)
+    got = variant_op(*to(cuda, c, s)[:2], 0.6, g.cuda(), variant)
+    for a, b in zip(got, want):
+        assert_equal(a, b)
+
+
+def test_variant_opcheck(device, gen):
+    c, s, g = to(device, *detections(150, gen, n_groups=2))
+    torch.library.opcheck(variant_op, (c, s, 0.5, g, 0))
+    if device == "cuda":
+        torch.library.opcheck(variant_op, (c, s, 0.5, None, 1))
+        torch.library.opcheck(variant_op, (c, s, 0.5, g, 2))
+        torch.library.opcheck(variant_op, (c, s, 0.5, g, 3))
