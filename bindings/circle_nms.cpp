@@ -167,6 +167,7 @@ int64_t* pinned_count_slot() {
 at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, double radius,
                            int64_t max_out, const std::optional<at::Tensor>& groups) {
     const char* op = "circle_nms";
+    check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
     // keep_idx[0, N) and the count in slot N: one allocation
@@ -183,6 +184,7 @@ at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, 
 at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& scores,
                                 double radius, const std::optional<at::Tensor>& groups) {
     const char* op = "circle_nms_mask";
+    check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
     at::Tensor keep_mask = at::empty({c.N}, c.centers.options().dtype(at::kBool));
@@ -194,6 +196,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cuda(
     const at::Tensor& centers, const at::Tensor& scores, double radius,
     const std::optional<at::Tensor>& groups, int64_t variant) {
     const char* op = "_circle_nms_variant";
+    check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
     const auto opts = c.centers.options();
