@@ -17,13 +17,18 @@
  * holds the maximum, so finding the first index of the maximum rescans one chunk only.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "common.h"
 #include "pcops.h"
 
-/* Points per chunk of the update + max pass. */
+/* Points per chunk of the update + max pass (simple path). */
 #define FPS_CHUNK 512
+/* Most points in a leaf of the KD tree (tree path). */
+#ifndef FPS_LEAF
+#define FPS_LEAF 64
+#endif
 
 #define T float
 #define TI int32_t
@@ -43,26 +48,35 @@
 
 size_t pcops_fps_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N) {
     if (B <= 0 || N <= 0) return 0;
-    /* per cloud: x[N], y[N], z[N], temp[N] */
-    return (size_t)B * (size_t)N * 4 * pcops_dtype_size(dtype);
+    size_t per_cloud = dtype == PCOPS_FLOAT64 ? fps_cloud_bytes_f64(N) : fps_cloud_bytes_f32(N);
+    return (size_t)B * per_cloud;
+}
+
+pcops_status pcops_fps_cpu_variant(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                                   const int64_t* start, int64_t B, int64_t N, int64_t npoint,
+                                   void* workspace, int64_t* idx, void* dist2, int variant) {
+    if (B < 0 || N < 0 || npoint < 1) return PCOPS_ERROR_INVALID_VALUE;
+    if (variant != PCOPS_FPS_AUTO && variant != PCOPS_FPS_SIMPLE && variant != PCOPS_FPS_TREE)
+        return PCOPS_ERROR_INVALID_VALUE;
+    if (B == 0) return PCOPS_SUCCESS;
+    if (!idx || !dist2 || (N > 0 && (!xyz || !workspace))) return PCOPS_ERROR_INVALID_VALUE;
+    switch (dtype) {
+        case PCOPS_FLOAT32:
+            fps_batch_f32((const float*)xyz, lengths, start, B, N, npoint, (char*)workspace,
+                          variant, idx, (float*)dist2);
+            return PCOPS_SUCCESS;
+        case PCOPS_FLOAT64:
+            fps_batch_f64((const double*)xyz, lengths, start, B, N, npoint, (char*)workspace,
+                          variant, idx, (double*)dist2);
+            return PCOPS_SUCCESS;
+        default:
+            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    }
 }
 
 pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                            const int64_t* start, int64_t B, int64_t N, int64_t npoint,
                            void* workspace, int64_t* idx, void* dist2) {
-    if (B < 0 || N < 0 || npoint < 1) return PCOPS_ERROR_INVALID_VALUE;
-    if (B == 0) return PCOPS_SUCCESS;
-    if (!idx || !dist2 || (N > 0 && (!xyz || !workspace))) return PCOPS_ERROR_INVALID_VALUE;
-    switch (dtype) {
-        case PCOPS_FLOAT32:
-            fps_batch_f32((const float*)xyz, lengths, start, B, N, npoint, (float*)workspace, idx,
-                          (float*)dist2);
-            return PCOPS_SUCCESS;
-        case PCOPS_FLOAT64:
-            fps_batch_f64((const double*)xyz, lengths, start, B, N, npoint, (double*)workspace,
-                          idx, (double*)dist2);
-            return PCOPS_SUCCESS;
-        default:
-            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
-    }
+    return pcops_fps_cpu_variant(dtype, xyz, lengths, start, B, N, npoint, workspace, idx, dist2,
+                                 PCOPS_FPS_AUTO);
 }

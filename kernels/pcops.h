@@ -82,11 +82,31 @@ size_t pcops_dtype_size(pcops_dtype dtype);
  * chosen (0 for sample 0): the coverage radius curve. Slots j >= min(npoint, L) get idx -1
  * and dist2 0. dtype: FLOAT32 or FLOAT64.
  * ---------------------------------------------------------------------------------------- */
+
+/* The FPS paths. Every path returns the same bits; AUTO chooses by size (and device). Tests and
+ * benchmarks force one through the *_variant entry points. A path that does not exist on the
+ * device, or cannot take the sizes, is an error (PCOPS_ERROR_INVALID_VALUE /
+ * cudaErrorInvalidValue), never a silent substitute. */
+typedef enum pcops_fps_variant {
+    PCOPS_FPS_AUTO = 0,
+    PCOPS_FPS_SIMPLE = 1,  /* CPU and CUDA: every step is a pass over the cloud (reference) */
+    PCOPS_FPS_TREE = 2,    /* CPU: KD tree, a step visits only the boxes the sample can change */
+    PCOPS_FPS_WARP = 3,    /* CUDA: several clouds per block, one warp per cloud, registers */
+    PCOPS_FPS_BLOCK = 4,   /* CUDA: one block per cloud, points in registers */
+    PCOPS_FPS_CLUSTER = 5, /* CUDA (sm_90): a thread-block cluster per cloud, registers */
+    PCOPS_FPS_GRID = 6,    /* CUDA: the whole (co-resident) grid on one cloud at a time */
+} pcops_fps_variant;
+
+/* Workspace of the CPU paths (any variant). */
 size_t pcops_fps_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N);
 
 pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                            const int64_t* start, int64_t B, int64_t N, int64_t npoint,
                            void* workspace, int64_t* idx, void* dist2);
+/* The same with a forced path: AUTO, SIMPLE or TREE. */
+pcops_status pcops_fps_cpu_variant(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                                   const int64_t* start, int64_t B, int64_t N, int64_t npoint,
+                                   void* workspace, int64_t* idx, void* dist2, int variant);
 
 /* ------------------------------------------------------------------------------------------
  * k nearest neighbours (kernels/knn.c, kernels/knn.cu)
