@@ -1,33 +1,17 @@
 /*
- * common.h -- small helpers shared by the C and CUDA kernels (not part of the public C API).
+ * common.h -- CPU build helpers shared by the C kernels (not part of the public C API).
+ * The geometry core (PCOPS_HD, distances, keys, heaps, valid lengths, workspace carving) is
+ * kernels/geometry.h, included here so that files not yet converted keep building.
  */
 #ifndef PCOPS_COMMON_H
 #define PCOPS_COMMON_H
 
-#include <stdint.h>
-
-#if defined(__CUDACC__)
-#define PCOPS_HD __host__ __device__ __forceinline__
-#else
-#define PCOPS_HD static inline
-#endif
-
-/* The number of valid points of batch b: lengths[b] clamped to [0, N], or N without lengths. */
-PCOPS_HD int64_t pcops_valid_length(const int64_t* lengths, int64_t b, int64_t N) {
-    if (lengths == 0) return N;
-    int64_t L = lengths[b];
-    return L < 0 ? 0 : (L > N ? N : L);
-}
-
-/* x mod L in [0, L) for any sign of x; L > 0. */
-PCOPS_HD int64_t pcops_positive_mod(int64_t x, int64_t L) {
-    int64_t r = x % L;
-    return r < 0 ? r + L : r;
-}
+#include "geometry.h"
 
 /* Hot CPU loops are compiled twice, for AVX2 and for the x86-64 baseline, and the loader picks
  * one at start-up (GCC function multi-versioning), so a build from source runs well on any
- * x86-64 machine without -march=native. */
+ * x86-64 machine without -march=native. Neither clone enables FMA (target "avx2" does not
+ * imply "fma"), which is a second reason the C code cannot contract. */
 #if !defined(__CUDACC__) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define PCOPS_CPU_CLONES __attribute__((target_clones("avx2", "default")))
 #else

@@ -28,7 +28,7 @@
  *      points). The per-element summation order is the CPU's, so the bits are equal.
  * Keys, positions and offsets are 32-bit when B*N + 1 and T fit in int32, else 64-bit. All
  * scratch lives in the caller's workspace (pcops_group_backward_cuda_workspace_bytes, which
- * includes cub's temp storage).
+ * includes cub's temp storage), carved by one layout function (backward_layout, geometry.h).
  */
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
@@ -37,7 +37,7 @@
 #include <climits>
 #include <cstdint>
 
-#include "common.h"
+#include "geometry.h"
 #include "pcops.h"
 
 namespace {
@@ -172,7 +172,7 @@ group_backward_kernel(const typename D::Storage* __restrict__ grad_out,
         for (K j = begin; j < end; ++j) {
             const V g = *reinterpret_cast<const V*>(grad_out + (int64_t)positions[j] * C + c);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[e] += D::load(g.v[e]);  // -fmad=false: plain adds
+            for (int e = 0; e < VEC; ++e) acc[e] += D::load(g.v[e]);  // adds only: nothing to contract
         }
         V result;
 #pragma unroll
@@ -201,14 +201,14 @@ cudaError_t launch_group(const void* features, const int64_t* idx, int64_t B, in
     return cudaGetLastError();
 }
 
-// Where each backward buffer lives in the workspace (byte offsets, 256-aligned).
+// The backward's buffers in the workspace, carved by backward_layout (geometry.h): the same
+// code sizes the workspace (base NULL) and places the buffers in it.
 struct BackwardLayout {
     bool wide;        // 64-bit keys, positions and offsets
     int end_bit;      // the sort looks at key bits [0, end_bit)
-    size_t keys[2], positions[2], offsets, temp, temp_bytes, total_bytes;
+    void *keys[2], *positions[2], *offsets, *temp;
+    size_t temp_bytes, total_bytes;
 };
-
-size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
 // The stable pair sort of step 2 (or, with temp == NULL, the size of its temp storage). The
 // number of items is passed as int when it fits (cub's 32-bit offsets) and as int64_t
@@ -224,25 +224,18 @@ cudaError_t sort_pairs(void* temp, size_t& temp_bytes, cub::DoubleBuffer<K>& key
                                            stream);
 }
 
-cudaError_t backward_layout(int64_t B, int64_t N, int64_t M, int64_t S, BackwardLayout* L) {
+cudaError_t backward_layout(int64_t B, int64_t N, int64_t M, int64_t S, void* workspace,
+                            BackwardLayout* L) {
     const int64_t total = B * M * S;
     const int64_t num_keys = B * N + 1;  // the points and the sentinel B*N
     L->wide = !(num_keys <= INT32_MAX && total <= INT32_MAX);
     L->end_bit = 1;
     while (L->end_bit < 64 && (uint64_t)(B * N) >> L->end_bit) ++L->end_bit;
     const size_t elem = L->wide ? 8 : 4;
-    size_t at = 0;
-    for (int i = 0; i < 2; ++i) {
-        L->keys[i] = at;
-        at += align_up((size_t)total * elem);
-    }
-    for (int i = 0; i < 2; ++i) {
-        L->positions[i] = at;
-        at += align_up((size_t)total * elem);
-    }
-    L->offsets = at;
-    at += align_up((size_t)num_keys * elem);
-    L->temp = at;
+    pcops_carver w = pcops_carver_init(workspace);
+    for (int i = 0; i < 2; ++i) L->keys[i] = pcops_carve(&w, total, elem);
+    for (int i = 0; i < 2; ++i) L->positions[i] = pcops_carve(&w, total, elem);
+    L->offsets = pcops_carve(&w, num_keys, elem);
     L->temp_bytes = 0;
     cudaError_t err = cudaSuccess;
     if (total > 0) {
@@ -254,7 +247,8 @@ cudaError_t backward_layout(int64_t B, int64_t N, int64_t M, int64_t S, Backward
             err = sort_pairs<uint32_t>(nullptr, L->temp_bytes, k, p, total, L->end_bit, 0);
         }
     }
-    L->total_bytes = at + align_up(L->temp_bytes);
+    L->temp = pcops_carve(&w, (int64_t)L->temp_bytes, 1);
+    L->total_bytes = pcops_carver_bytes(&w);
     return err;
 }
 
@@ -289,15 +283,14 @@ cudaError_t launch_backward_sum(const void* grad_out, const K* offsets, const K*
 template <typename K>
 cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const int64_t* idx,
                             int64_t B, int64_t N, int64_t C, int64_t M, int64_t S,
-                            const BackwardLayout& L, char* workspace, void* grad_features,
-                            cudaStream_t stream) {
+                            const BackwardLayout& L, void* grad_features, cudaStream_t stream) {
     const int64_t total = B * M * S;
     const int64_t num_keys = B * N + 1;
-    K* keys0 = (K*)(workspace + L.keys[0]);
-    K* keys1 = (K*)(workspace + L.keys[1]);
-    K* pos0 = (K*)(workspace + L.positions[0]);
-    K* pos1 = (K*)(workspace + L.positions[1]);
-    K* offsets = (K*)(workspace + L.offsets);
+    K* keys0 = (K*)L.keys[0];
+    K* keys1 = (K*)L.keys[1];
+    K* pos0 = (K*)L.positions[0];
+    K* pos1 = (K*)L.positions[1];
+    K* offsets = (K*)L.offsets;
     cub::DoubleBuffer<K> keys(keys0, keys1), positions(pos0, pos1);
     cudaError_t err;
     if (total > 0) {
@@ -305,7 +298,7 @@ cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const int64
             idx, N, (K)(M * S), (K)total, (K)(B * N), keys0, pos0);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
         size_t temp_bytes = L.temp_bytes;
-        err = sort_pairs<K>(workspace + L.temp, temp_bytes, keys, positions, total, L.end_bit,
+        err = sort_pairs<K>(L.temp, temp_bytes, keys, positions, total, L.end_bit,
                             stream);
         if (err != cudaSuccess) return err;
     }
@@ -352,17 +345,14 @@ extern "C" cudaError_t pcops_group_cuda(pcops_dtype dtype, const void* features,
         case 4: err = launch_group<uint32_t>(features, idx, B, N, M, S, V, out, stream); break;
         default: err = launch_group<uint16_t>(features, idx, B, N, M, S, V, out, stream); break;
     }
-#ifdef PCOPS_DEBUG_SYNC
-    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-#endif
-    return err;
+    return pcops_launch_tail(err, stream);
 }
 
 extern "C" size_t pcops_group_backward_cuda_workspace_bytes(int64_t B, int64_t N, int64_t M,
                                                             int64_t S) {
     if (B <= 0 || N <= 0 || M < 0 || S < 0) return 0;
     BackwardLayout L;
-    if (backward_layout(B, N, M, S, &L) != cudaSuccess) return 0;
+    if (backward_layout(B, N, M, S, nullptr, &L) != cudaSuccess) return 0;
     return L.total_bytes;
 }
 
@@ -375,16 +365,14 @@ extern "C" cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* 
     if (pcops_dtype_size(dtype) == 0) return cudaErrorInvalidValue;
     if (B == 0 || N == 0 || C == 0) return cudaSuccess;
     BackwardLayout L;
-    cudaError_t err = backward_layout(B, N, M, S, &L);
+    cudaError_t err = backward_layout(B, N, M, S, workspace, &L);
     if (err != cudaSuccess) return err;
+    if (workspace == nullptr && L.total_bytes > 0) return cudaErrorInvalidValue;
     if (L.wide)
-        err = launch_backward<uint64_t>(dtype, grad_out, idx, B, N, C, M, S, L, (char*)workspace,
-                                        grad_features, stream);
+        err = launch_backward<uint64_t>(dtype, grad_out, idx, B, N, C, M, S, L, grad_features,
+                                        stream);
     else
-        err = launch_backward<uint32_t>(dtype, grad_out, idx, B, N, C, M, S, L, (char*)workspace,
-                                        grad_features, stream);
-#ifdef PCOPS_DEBUG_SYNC
-    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-#endif
-    return err;
+        err = launch_backward<uint32_t>(dtype, grad_out, idx, B, N, C, M, S, L, grad_features,
+                                        stream);
+    return pcops_launch_tail(err, stream);
 }

@@ -1,0 +1,442 @@
+/*
+ * geometry.h -- the geometry core shared by the C (.c, .inc) and the CUDA (.cu) kernels.
+ * Not part of the public C API (kernels/pcops.h); no torch, no allocation, no globals.
+ *
+ * What lives here, top to bottom:
+ *   1. PCOPS_HD and the no-contraction guarantee for the C compilers.
+ *   2. pcops_dist2_{f32,f64} / pcops_dist2_xy_{f32,f64}: THE squared distance. Every kernel
+ *      that compares distances calls these, so the CPU and CUDA choose the same points.
+ *   3. The (dist2, idx) key: its order, and the float32 packing into one uint64.
+ *   4. Bounded selection lists on (dist2, idx): a max-heap and a sorted list, host and device.
+ *   5. Valid lengths (lengths[b] clamped to [0, N]) and x mod L.
+ *   6. Workspace carving with one alignment (PCOPS_WORKSPACE_ALIGN) for every op.
+ *   7. CUDA only: the tail that closes every launcher (PCOPS_DEBUG_SYNC) and the float/double
+ *      dtype switch of the extern "C" launchers.
+ *
+ * How to use it (for every kernel file):
+ *   - #include "geometry.h" (it includes nothing from torch; common.h is now a shim for it).
+ *   - Distances: d = pcops_dist2_f32(ax, ay, az, bx, by, bz) (or _f64, or _xy_ for circle NMS)
+ *     instead of writing dx*dx + dy*dy + dz*dz. Do not rely on -fmad=false or
+ *     -ffp-contract=off any more: the lead removes them from setup.py once every kernel calls
+ *     these functions. (a - b) and (b - a) give the same bits, so the argument order is free.
+ *   - Keys: pcops_key_greater_{f32,f64}(da, ia, db, ib) is the order; pcops_key_pack_f32 /
+ *     pcops_key_dist_f32 / pcops_key_index pack a float32 entry into one uint64 whose integer
+ *     order is the key order (dist2 >= +0, idx in [0, 2**32)).
+ *   - Heaps / lists: pcops_heap_push_<suffix>, pcops_heap_replace_top_<suffix>,
+ *     pcops_heap_sort_<suffix>, pcops_sorted_insert_<suffix>, for suffix f32 / f64 (pairs of
+ *     arrays T dist[], int64_t idx[]) and u64 (packed keys). Every heap function takes a
+ *     `stride` (entry j lives at [j * stride]): 1 for a contiguous row, blockDim.x for heaps
+ *     interleaved by thread in shared memory. Other (T, index type) pairs:
+ *     PCOPS_DEFINE_PAIR_LIST(suffix, T, I) in your own file (e.g. f64_i32, double, int32_t).
+ *   - Workspaces: describe the layout ONCE in a function that carves from a pcops_carver, and
+ *     call it with base NULL from pcops_<op>_workspace_bytes (it then only counts) and with the
+ *     real base from the launcher; see group.cu (backward_layout) for an example.
+ *   - .cu launchers end with `return pcops_launch_tail(err, stream);` and dispatch float/double
+ *     with `return pcops_dispatch_float(dtype, stream, [&](auto zero) { using T =
+ *     decltype(zero); return launch<T>(...); });`.
+ */
+#ifndef PCOPS_GEOMETRY_H
+#define PCOPS_GEOMETRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pcops.h"
+
+/* ------------------------------------------------------------------------------------------
+ * 1. Host/device functions, and no FMA contraction in C.
+ *
+ * A compiler may "contract" x*y + z into one fused multiply-add, rounding once instead of
+ * twice; the CPU and CUDA then disagree in the last bit and can choose different neighbours.
+ * The functions below are written so that no compiler contracts them:
+ *   - CUDA device code: every operation is an explicitly rounded intrinsic (__fmul_rn,
+ *     __fadd_rn, ...), which nvcc never contracts, whatever -fmad says.
+ *   - C with GCC: each product and sum is its own statement, and GCC does not contract at all
+ *     in ISO C modes (-std=c11/c17: the default there is -ffp-contract=off). GNU modes
+ *     (-std=gnu11, GCC's default) contract freely, so they are refused below with #error
+ *     (__STRICT_ANSI__ tells the two apart). Checked with GCC 12 -O3 -mavx2 -mfma:
+ *     no vfmadd in ISO C, eight in gnu11.
+ *   - C and C++ with clang: `#pragma STDC FP_CONTRACT OFF` (honoured by clang; its default,
+ *     "on", would also only fuse within one expression, and the products are statements).
+ *   - C++ with GCC (g++ contracts even in -std=c++17), i.e. the host half of a .cu file or a
+ *     CPU kernel built as C++: each product goes through an empty asm statement that keeps it
+ *     in a register, so GCC cannot see the multiply when it meets the add (PCOPS_ROUNDED).
+ *     That also stops vectorisation, so hot CPU loops belong in C files.
+ *   - -ffast-math (__FAST_MATH__) would break this and the +inf/NaN rules: refused.
+ *   What no header can see: an explicit -ffp-contract=fast on the command line (GCC ISO C,
+ *   clang). Do not pass it; the bitwise CPU/CUDA tests (pytest, lab/) would catch it.
+ * ---------------------------------------------------------------------------------------- */
+#if defined(__CUDACC__)
+#define PCOPS_HD static __host__ __device__ __forceinline__
+#else
+#define PCOPS_HD static inline
+#endif
+
+#if defined(__FAST_MATH__)
+#error "pcops kernels: -ffast-math breaks the bitwise CPU/CUDA agreement and the inf/NaN rules"
+#endif
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__cplusplus) && !defined(__STRICT_ANSI__)
+#error "pcops kernels: compile C with -std=c11 (GCC contracts a*b+c into FMAs in GNU C modes)"
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__cplusplus) && \
+    (defined(__x86_64__) || defined(__i386__))
+#define PCOPS_ROUNDED(x) __asm__("" : "+x"(x))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__cplusplus) && defined(__aarch64__)
+#define PCOPS_ROUNDED(x) __asm__("" : "+w"(x))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__cplusplus)
+#define PCOPS_ROUNDED(x) __asm__("" : "+m"(x))
+#else
+#define PCOPS_ROUNDED(x) ((void)0)
+#endif
+
+/* ------------------------------------------------------------------------------------------
+ * 2. Squared distances: dx*dx + dy*dy + dz*dz, left to right, every operation rounded to
+ *    nearest on its own. +inf for overflow, NaN for non-finite inputs, as IEEE says.
+ * ---------------------------------------------------------------------------------------- */
+PCOPS_HD float pcops_dist2_f32(float ax, float ay, float az, float bx, float by, float bz) {
+#if defined(__CUDA_ARCH__)
+    const float dx = __fsub_rn(ax, bx), dy = __fsub_rn(ay, by), dz = __fsub_rn(az, bz);
+    return __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
+#else
+    const float dx = ax - bx, dy = ay - by, dz = az - bz;
+    float xx = dx * dx;
+    float yy = dy * dy;
+    float zz = dz * dz;
+    PCOPS_ROUNDED(xx);
+    PCOPS_ROUNDED(yy);
+    PCOPS_ROUNDED(zz);
+    const float xy = xx + yy;
+    return xy + zz;
+#endif
+}
+
+PCOPS_HD double pcops_dist2_f64(double ax, double ay, double az, double bx, double by,
+                                double bz) {
+#if defined(__CUDA_ARCH__)
+    const double dx = __dsub_rn(ax, bx), dy = __dsub_rn(ay, by), dz = __dsub_rn(az, bz);
+    return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
+#else
+    const double dx = ax - bx, dy = ay - by, dz = az - bz;
+    double xx = dx * dx;
+    double yy = dy * dy;
+    double zz = dz * dz;
+    PCOPS_ROUNDED(xx);
+    PCOPS_ROUNDED(yy);
+    PCOPS_ROUNDED(zz);
+    const double xy = xx + yy;
+    return xy + zz;
+#endif
+}
+
+/* The same in the xy plane (circle NMS): dx*dx + dy*dy. */
+PCOPS_HD float pcops_dist2_xy_f32(float ax, float ay, float bx, float by) {
+#if defined(__CUDA_ARCH__)
+    const float dx = __fsub_rn(ax, bx), dy = __fsub_rn(ay, by);
+    return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
+#else
+    const float dx = ax - bx, dy = ay - by;
+    float xx = dx * dx;
+    float yy = dy * dy;
+    PCOPS_ROUNDED(xx);
+    PCOPS_ROUNDED(yy);
+    return xx + yy;
+#endif
+}
+
+PCOPS_HD double pcops_dist2_xy_f64(double ax, double ay, double bx, double by) {
+#if defined(__CUDA_ARCH__)
+    const double dx = __dsub_rn(ax, bx), dy = __dsub_rn(ay, by);
+    return __dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy));
+#else
+    const double dx = ax - bx, dy = ay - by;
+    double xx = dx * dx;
+    double yy = dy * dy;
+    PCOPS_ROUNDED(xx);
+    PCOPS_ROUNDED(yy);
+    return xx + yy;
+#endif
+}
+
+/* ------------------------------------------------------------------------------------------
+ * 3. The key (dist2, idx): ordered by dist2, ties to the lower idx. Selection (kNN, FPS's
+ *    arg-max, NMS) is defined on this order, so every path returns the same indices. NaN
+ *    distances never enter a selection (callers test `d < threshold` first).
+ *
+ *    float32 packing: key = (bits of dist2) << 32 | idx. For dist2 >= +0 (not NaN, +inf
+ *    allowed) the float bits order like the values, so the integer order of the keys is the
+ *    key order: one compare instead of two and a tie test. idx must be in [0, 2**32).
+ * ---------------------------------------------------------------------------------------- */
+PCOPS_HD int pcops_key_greater_f32(float da, int64_t ia, float db, int64_t ib) {
+    return da > db || (da == db && ia > ib);
+}
+
+PCOPS_HD int pcops_key_greater_f64(double da, int64_t ia, double db, int64_t ib) {
+    return da > db || (da == db && ia > ib);
+}
+
+PCOPS_HD uint32_t pcops_float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+#endif
+}
+
+PCOPS_HD float pcops_bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#endif
+}
+
+PCOPS_HD uint64_t pcops_key_pack_f32(float dist2, int64_t idx) {
+    return (uint64_t)pcops_float_bits(dist2) << 32 | (uint64_t)(uint32_t)idx;
+}
+
+PCOPS_HD float pcops_key_dist_f32(uint64_t key) { return pcops_bits_float((uint32_t)(key >> 32)); }
+
+PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffffffu); }
+
+/* ------------------------------------------------------------------------------------------
+ * 4. Bounded selection of the smallest keys: a max-heap (the root is the largest kept key,
+ *    the threshold a new entry must beat) and a sorted list (for small caps). Entry j lives at
+ *    [j * stride]. Typical use, visiting candidates n in ascending order:
+ *
+ *        if (count < cap) pcops_heap_push_f32(d, i, 1, count++, dn, n);
+ *        else if (pcops_key_greater_f32(d[0], i[0], dn, n))
+ *            pcops_heap_replace_top_f32(d, i, 1, cap, dn, n);
+ *        ...
+ *        pcops_heap_sort_f32(d, i, 1, count);  // ascending by key
+ *
+ *    The packed (u64) versions compare keys as integers. All are O(log cap) per entry, loop
+ *    over the heap in place, and use no memory beyond the arrays given.
+ * ---------------------------------------------------------------------------------------- */
+
+/* Defines pcops_heap_push_SUF, pcops_heap_replace_top_SUF, pcops_heap_sort_SUF and
+ * pcops_sorted_insert_SUF for entries (T dist, I idx) held in two arrays. */
+#define PCOPS_DEFINE_PAIR_LIST(SUF, T, I)                                                      \
+    /* Adds (dn, n) as entry `count` of a max-heap and sifts it up. */                         \
+    PCOPS_HD void pcops_heap_push_##SUF(T* d, I* i, int64_t stride, int64_t count, T dn,      \
+                                        int64_t n) {                                          \
+        int64_t j = count;                                                                     \
+        while (j > 0) {                                                                        \
+            const int64_t p = (j - 1) / 2;                                                     \
+            if (!(dn > d[p * stride] || (dn == d[p * stride] && n > (int64_t)i[p * stride])))  \
+                break;                                                                         \
+            d[j * stride] = d[p * stride];                                                     \
+            i[j * stride] = i[p * stride];                                                     \
+            j = p;                                                                             \
+        }                                                                                      \
+        d[j * stride] = dn;                                                                    \
+        i[j * stride] = (I)n;                                                                  \
+    }                                                                                          \
+    /* Puts (dn, n) into the hole at entry j of a max-heap of `count` entries, sifting down; */ \
+    /* with j = 0 it replaces the root (the largest key). */                                   \
+    PCOPS_HD void pcops_heap_sift_down_##SUF(T* d, I* i, int64_t stride, int64_t count,       \
+                                             int64_t j, T dn, int64_t n) {                    \
+        for (;;) {                                                                             \
+            int64_t c = 2 * j + 1;                                                             \
+            if (c >= count) break;                                                             \
+            if (c + 1 < count &&                                                               \
+                (d[(c + 1) * stride] > d[c * stride] ||                                        \
+                 (d[(c + 1) * stride] == d[c * stride] && i[(c + 1) * stride] > i[c * stride])))\
+                ++c;                                                                           \
+            if (!(d[c * stride] > dn || (d[c * stride] == dn && (int64_t)i[c * stride] > n)))  \
+                break;                                                                         \
+            d[j * stride] = d[c * stride];                                                     \
+            i[j * stride] = i[c * stride];                                                     \
+            j = c;                                                                             \
+        }                                                                                      \
+        d[j * stride] = dn;                                                                    \
+        i[j * stride] = (I)n;                                                                  \
+    }                                                                                          \
+    PCOPS_HD void pcops_heap_replace_top_##SUF(T* d, I* i, int64_t stride, int64_t count,     \
+                                               T dn, int64_t n) {                             \
+        pcops_heap_sift_down_##SUF(d, i, stride, count, 0, dn, n);                             \
+    }                                                                                          \
+    /* Heapsort: the max-heap [0, count) becomes ascending by key, in place. */                \
+    PCOPS_HD void pcops_heap_sort_##SUF(T* d, I* i, int64_t stride, int64_t count) {          \
+        for (int64_t end = count - 1; end > 0; --end) {                                        \
+            const T dl = d[end * stride];                                                      \
+            const int64_t nl = (int64_t)i[end * stride];                                       \
+            d[end * stride] = d[0];                                                            \
+            i[end * stride] = i[0];                                                            \
+            pcops_heap_sift_down_##SUF(d, i, stride, end, 0, dl, nl);                          \
+        }                                                                                      \
+    }                                                                                          \
+    /* A list of `cap` entries sorted ascending by key: inserts (dn, n), given that it is     */ \
+    /* below the last entry, which drops out. n must exceed every index in the list (refs    */ \
+    /* visited in ascending order), so it goes after the entries of equal distance.          */ \
+    PCOPS_HD void pcops_sorted_insert_##SUF(T* d, I* i, int64_t cap, T dn, int64_t n) {       \
+        int64_t pos = cap - 1;                                                                 \
+        while (pos > 0 && d[pos - 1] > dn) {                                                   \
+            d[pos] = d[pos - 1];                                                               \
+            i[pos] = i[pos - 1];                                                               \
+            --pos;                                                                             \
+        }                                                                                      \
+        d[pos] = dn;                                                                           \
+        i[pos] = (I)n;                                                                         \
+    }
+
+PCOPS_DEFINE_PAIR_LIST(f32, float, int64_t)
+PCOPS_DEFINE_PAIR_LIST(f64, double, int64_t)
+
+/* The same max-heap on packed float32 keys (pcops_key_pack_f32). */
+PCOPS_HD void pcops_heap_push_u64(uint64_t* h, int64_t stride, int64_t count, uint64_t key) {
+    int64_t j = count;
+    while (j > 0) {
+        const int64_t p = (j - 1) / 2;
+        if (h[p * stride] >= key) break;
+        h[j * stride] = h[p * stride];
+        j = p;
+    }
+    h[j * stride] = key;
+}
+
+PCOPS_HD void pcops_heap_sift_down_u64(uint64_t* h, int64_t stride, int64_t count, int64_t j,
+                                       uint64_t key) {
+    for (;;) {
+        int64_t c = 2 * j + 1;
+        if (c >= count) break;
+        uint64_t kc = h[c * stride];
+        if (c + 1 < count) {
+            const uint64_t kr = h[(c + 1) * stride];
+            const int right = kr > kc; /* branch-free child choice: a conditional move */
+            kc = right ? kr : kc;
+            c += right;
+        }
+        if (kc <= key) break;
+        h[j * stride] = kc;
+        j = c;
+    }
+    h[j * stride] = key;
+}
+
+PCOPS_HD void pcops_heap_replace_top_u64(uint64_t* h, int64_t stride, int64_t count,
+                                         uint64_t key) {
+    pcops_heap_sift_down_u64(h, stride, count, 0, key);
+}
+
+PCOPS_HD void pcops_heap_sort_u64(uint64_t* h, int64_t stride, int64_t count) {
+    for (int64_t end = count - 1; end > 0; --end) {
+        const uint64_t key = h[end * stride];
+        h[end * stride] = h[0];
+        pcops_heap_sift_down_u64(h, stride, end, 0, key);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * 5. Valid lengths. A cloud b of a padded batch holds pcops_valid_length(lengths, b, N)
+ *    points: lengths[b] clamped to [0, N], or N without lengths (NULL). Kernels clamp, so
+ *    they never read out of bounds whatever the values; checking the values is the caller's.
+ * ---------------------------------------------------------------------------------------- */
+PCOPS_HD int64_t pcops_valid_length(const int64_t* lengths, int64_t b, int64_t N) {
+    if (lengths == 0) return N;
+    const int64_t L = lengths[b];
+    return L < 0 ? 0 : (L > N ? N : L);
+}
+
+/* x mod L in [0, L) for any sign of x; L > 0 (FPS's start index). */
+PCOPS_HD int64_t pcops_positive_mod(int64_t x, int64_t L) {
+    const int64_t r = x % L;
+    return r < 0 ? r + L : r;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * 6. Workspace carving. One layout function per op carves its buffers, in order, from a
+ *    pcops_carver; each piece starts PCOPS_WORKSPACE_ALIGN bytes after a multiple of it
+ *    (relative to the base: callers pass a base aligned at least that much -- torch's CUDA
+ *    allocator gives 512; on the CPU 64 is plenty for the loops there). With base NULL the
+ *    carver only counts, so pcops_<op>_workspace_bytes and the launcher run the same code:
+ *
+ *        static void layout(pcops_carver* w, int64_t n, float** a, int64_t** b) {
+ *            *a = (float*)pcops_carve(w, n, sizeof(float));
+ *            *b = (int64_t*)pcops_carve(w, n, sizeof(int64_t));
+ *        }
+ *        size_t op_workspace_bytes(n): pcops_carver w = pcops_carver_init(NULL);
+ *                                      layout(&w, n, &a, &b); return pcops_carver_bytes(&w);
+ *        launcher:                     pcops_carver w = pcops_carver_init(workspace); ...
+ *
+ *    Sizes saturate: a count < 0 or a size past SIZE_MAX makes the total SIZE_MAX (which no
+ *    allocation satisfies, so the caller's size check fails cleanly) and the pieces NULL.
+ * ---------------------------------------------------------------------------------------- */
+#define PCOPS_WORKSPACE_ALIGN ((size_t)256)
+
+typedef struct pcops_carver {
+    char* base;  /* NULL: count only */
+    size_t used; /* bytes so far, a multiple of PCOPS_WORKSPACE_ALIGN, or SIZE_MAX */
+} pcops_carver;
+
+PCOPS_HD pcops_carver pcops_carver_init(void* base) {
+    pcops_carver w;
+    w.base = (char*)base;
+    w.used = 0;
+    return w;
+}
+
+/* Bytes rounded up to the alignment (SIZE_MAX if that overflows). */
+PCOPS_HD size_t pcops_align_up(size_t bytes) {
+    if (bytes > SIZE_MAX - (PCOPS_WORKSPACE_ALIGN - 1)) return SIZE_MAX;
+    return (bytes + PCOPS_WORKSPACE_ALIGN - 1) / PCOPS_WORKSPACE_ALIGN * PCOPS_WORKSPACE_ALIGN;
+}
+
+/* The next piece of `count` elements of `elem_bytes` (NULL when only counting). */
+PCOPS_HD void* pcops_carve(pcops_carver* w, int64_t count, size_t elem_bytes) {
+    if (w->used == SIZE_MAX) return 0;
+    if (count < 0 || (elem_bytes > 0 && (uint64_t)count > SIZE_MAX / elem_bytes)) {
+        w->used = SIZE_MAX;
+        return 0;
+    }
+    const size_t bytes = pcops_align_up((size_t)count * elem_bytes);
+    if (bytes == SIZE_MAX || bytes > SIZE_MAX - w->used) {
+        w->used = SIZE_MAX;
+        return 0;
+    }
+    void* piece = w->base ? (void*)(w->base + w->used) : 0;
+    w->used += bytes;
+    return piece;
+}
+
+PCOPS_HD size_t pcops_carver_bytes(const pcops_carver* w) { return w->used; }
+
+/* ------------------------------------------------------------------------------------------
+ * 7. CUDA launchers (C++ only): every extern "C" launcher ends with pcops_launch_tail, which
+ *    with PCOPS_DEBUG_SYNC (setup.py DEBUG=1, make DEBUG=1) waits for the stream so that an
+ *    asynchronous fault is reported by the launcher that caused it. pcops_dispatch_float
+ *    calls launch(float{}) or launch(double{}) by dtype (cudaErrorInvalidValue for others)
+ *    and applies the tail.
+ * ---------------------------------------------------------------------------------------- */
+#if defined(__CUDACC__) && defined(__cplusplus)
+static inline cudaError_t pcops_launch_tail(cudaError_t err, cudaStream_t stream) {
+#ifdef PCOPS_DEBUG_SYNC
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+#else
+    (void)stream;
+#endif
+    return err;
+}
+
+template <typename Launch>
+static inline cudaError_t pcops_dispatch_float(pcops_dtype dtype, cudaStream_t stream,
+                                               Launch&& launch) {
+    cudaError_t err;
+    switch (dtype) {
+        case PCOPS_FLOAT32: err = launch(float{}); break;
+        case PCOPS_FLOAT64: err = launch(double{}); break;
+        default: return cudaErrorInvalidValue;
+    }
+    return pcops_launch_tail(err, stream);
+}
+#endif
+
+#endif /* PCOPS_GEOMETRY_H */
