@@ -9,12 +9,16 @@
  * temp next. Chosen points get temp = -1, so they are never chosen again, even when the cloud
  * has duplicate points and every remaining temp is 0.
  *
- * Work sharing: one cloud per OpenMP thread (schedule(dynamic) over the batch). Inside a cloud,
- * the update + max pass is one vectorised loop over structure-of-arrays copies of x, y, z held
- * in the workspace; the max is tracked on the float's bit pattern as an integer (non-negative
- * floats order like their bits; the chosen points' -1 sorts below them), which the compiler
- * vectorises without fast-math. The loop runs in chunks, remembering the first chunk that
- * holds the maximum, so finding the first index of the maximum rescans one chunk only.
+ * Two paths, forced through pcops_fps_cpu_variant, chosen by size otherwise (fps_tree_pays);
+ * both return the same bits (fps_cpu.inc):
+ *  - SIMPLE: every step is one vectorised update + max pass over structure-of-arrays copies of
+ *    x, y, z; the max is tracked on the float's bit pattern as an integer (non-negative floats
+ *    order like their bits; the chosen points' -1 sorts below them), which the compiler
+ *    vectorises without fast-math. The pass runs in chunks, remembering the first chunk that
+ *    holds the maximum, so finding the first index of the maximum rescans one chunk only.
+ *  - TREE: a KD tree over the cloud; a step only visits the boxes the new sample can change
+ *    (QuickFPS). 3-8x faster than SIMPLE from 100k points (KITTI: 16x).
+ * Work sharing: one cloud per OpenMP thread (schedule(dynamic) over the batch).
  */
 #include <math.h>
 #include <stdint.h>
@@ -33,22 +37,31 @@
 #define T float
 #define TI int32_t
 #define FN(name) name##_f32
+#define FPS_DIST2 pcops_dist2_f32
+#define FPS_KEY_GREATER pcops_key_greater_f32
 #include "fps_cpu.inc"
 #undef T
 #undef TI
 #undef FN
+#undef FPS_DIST2
+#undef FPS_KEY_GREATER
 
 #define T double
 #define TI int64_t
 #define FN(name) name##_f64
+#define FPS_DIST2 pcops_dist2_f64
+#define FPS_KEY_GREATER pcops_key_greater_f64
 #include "fps_cpu.inc"
 #undef T
 #undef TI
 #undef FN
+#undef FPS_DIST2
+#undef FPS_KEY_GREATER
 
 size_t pcops_fps_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N) {
     if (B <= 0 || N <= 0) return 0;
     size_t per_cloud = dtype == PCOPS_FLOAT64 ? fps_cloud_bytes_f64(N) : fps_cloud_bytes_f32(N);
+    if (per_cloud > SIZE_MAX / (size_t)B) return SIZE_MAX;
     return (size_t)B * per_cloud;
 }
 
