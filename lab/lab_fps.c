@@ -1,7 +1,7 @@
 /*
  * lab_fps.c -- furthest point sampling through the C API: CPU against a naive greedy loop
- * (bitwise), CUDA against the CPU for every kernel variant, a CUDA graph replay, and each
- * variant timed with L2 flushed (FPS steps per second).
+ * (bitwise) for every CPU path, CUDA against the CPU for every path through its launch plan,
+ * a CUDA graph replay, and each path timed with L2 flushed (FPS steps per second).
  *
  * B batch, N points per cloud, P = npoint samples. float32, per-cloud lengths and starts.
  */
@@ -55,13 +55,13 @@ typedef struct {
     void* workspace;
     int64_t* idx;
     float* dist2;
-    int variant;
+    pcops_fps_cuda_plan plan;
 } FpsArgs;
 
 static cudaError_t launch_fps(void* ctx, cudaStream_t stream) {
     const FpsArgs* a = (const FpsArgs*)ctx;
-    return pcops_fps_cuda_variant(PCOPS_FLOAT32, a->xyz, a->lengths, a->start, B, N, P,
-                                  a->workspace, a->idx, a->dist2, a->variant, stream);
+    return pcops_fps_cuda_run(&a->plan, PCOPS_FLOAT32, a->xyz, a->lengths, a->start, B, N, P,
+                              a->workspace, a->idx, a->dist2, stream);
 }
 #endif
 
@@ -81,14 +81,22 @@ int main(int argc, char** argv) {
     float* dist2 = (float*)lab_malloc(np * sizeof(float));
     float* dist2_want = (float*)lab_malloc(np * sizeof(float));
     void* workspace = lab_malloc(pcops_fps_workspace_bytes(PCOPS_FLOAT32, B, N));
-    const double t = lab_seconds();
-    lab_require_status(pcops_fps_cpu(PCOPS_FLOAT32, xyz, lengths, start, B, N, P, workspace,
-                                     idx, dist2),
-                       "pcops_fps_cpu");
-    printf("cpu fps: %.3f ms\n", 1e3 * (lab_seconds() - t));
     naive_fps(xyz, lengths, start, idx_want, dist2_want);
-    lab_check_equal(idx, idx_want, np, sizeof(int64_t), "cpu fps idx vs naive");
-    lab_check_equal(dist2, dist2_want, np, sizeof(float), "cpu fps dist2 vs naive");
+    /* every CPU path (pcops_fps_variant: 1 simple, 2 tree), then the default, which stays in
+     * idx / dist2 as the reference of the CUDA paths */
+    const int cpu_variants[] = {PCOPS_FPS_SIMPLE, PCOPS_FPS_TREE, PCOPS_FPS_AUTO};
+    for (int k = 0; k < 3; ++k) {
+        const double t = lab_seconds();
+        lab_require_status(pcops_fps_cpu_variant(PCOPS_FLOAT32, xyz, lengths, start, B, N, P,
+                                                 workspace, idx, dist2, cpu_variants[k]),
+                           "pcops_fps_cpu_variant");
+        printf("cpu fps variant %d: %.3f ms\n", cpu_variants[k], 1e3 * (lab_seconds() - t));
+        char what[64];
+        snprintf(what, sizeof what, "cpu fps variant %d idx vs naive", cpu_variants[k]);
+        lab_check_equal(idx, idx_want, np, sizeof(int64_t), what);
+        snprintf(what, sizeof what, "cpu fps variant %d dist2 vs naive", cpu_variants[k]);
+        lab_check_equal(dist2, dist2_want, np, sizeof(float), what);
+    }
 
 #ifdef PCOPS_WITH_CUDA
     if (lab_gpu()) {
@@ -96,11 +104,20 @@ int main(int argc, char** argv) {
         a.xyz = (const float*)lab_to_device(xyz, nx * sizeof(float));
         a.lengths = (const int64_t*)lab_to_device(lengths, sizeof lengths);
         a.start = (const int64_t*)lab_to_device(start, sizeof start);
-        a.workspace = lab_to_device(NULL, pcops_fps_cuda_workspace_bytes(PCOPS_FLOAT32, B, N));
         a.idx = (int64_t*)lab_to_device(NULL, np * sizeof(int64_t));
         a.dist2 = (float*)lab_to_device(NULL, np * sizeof(float));
-        /* variant 0: by size; 1: a block per cloud; 2: a cluster per cloud (pcops.h) */
-        for (a.variant = 0; a.variant <= 2; ++a.variant) {
+        /* every CUDA path (pcops_fps_variant), through its launch plan; a path that cannot take
+         * N on this device says so at planning time */
+        const int variants[] = {PCOPS_FPS_AUTO, PCOPS_FPS_SIMPLE, PCOPS_FPS_WARP, PCOPS_FPS_BLOCK,
+                                PCOPS_FPS_CLUSTER, PCOPS_FPS_GRID};
+        for (int k = 0; k < 6; ++k) {
+            if (pcops_fps_cuda_make_plan(PCOPS_FLOAT32, B, N, P, variants[k], &a.plan) !=
+                cudaSuccess) {
+                (void)cudaGetLastError();
+                printf("cuda fps variant %d: cannot take N = %d here\n", variants[k], N);
+                continue;
+            }
+            a.workspace = lab_to_device(NULL, a.plan.workspace_bytes);
             for (int graph = 0; graph < 2; ++graph) {
                 LAB_CUDA(cudaMemset(a.idx, 0xff, np * sizeof(int64_t)));
                 if (graph) lab_graph_replay(launch_fps, &a);
@@ -109,23 +126,25 @@ int main(int argc, char** argv) {
                 int64_t* gi = (int64_t*)lab_to_host(a.idx, np * sizeof(int64_t));
                 float* gd = (float*)lab_to_host(a.dist2, np * sizeof(float));
                 char what[64];
-                snprintf(what, sizeof what, "cuda fps variant %d%s idx", a.variant,
+                snprintf(what, sizeof what, "cuda fps variant %d%s idx", variants[k],
                          graph ? " (graph)" : "");
                 lab_check_equal(gi, idx, np, sizeof(int64_t), what);
-                snprintf(what, sizeof what, "cuda fps variant %d%s dist2", a.variant,
+                snprintf(what, sizeof what, "cuda fps variant %d%s dist2", variants[k],
                          graph ? " (graph)" : "");
                 lab_check_equal(gd, dist2, np, sizeof(float), what);
                 free(gi);
                 free(gd);
             }
             const double ms = lab_time_cold_l2(launch_fps, &a, 20);
-            printf("cuda fps variant %d (cold L2): %.4f ms, %.0f steps/s per cloud\n", a.variant,
-                   ms, P / ms * 1e3);
+            printf("cuda fps variant %d (plan: %d threads, %d points/thread, %d blocks/cloud; "
+                   "cold L2): %.4f ms, %.0f steps/s per cloud\n",
+                   variants[k], a.plan.threads, a.plan.points_per_thread,
+                   a.plan.blocks_per_cloud, ms, P / ms * 1e3);
+            cudaFree(a.workspace);
         }
         cudaFree((void*)a.xyz);
         cudaFree((void*)a.lengths);
         cudaFree((void*)a.start);
-        cudaFree(a.workspace);
         cudaFree(a.idx);
         cudaFree(a.dist2);
     }
