@@ -1,20 +1,41 @@
-"""Benchmark of furthest_point_sample: pcops vs a plain PyTorch loop and the peers (when installed).
+"""Benchmark of furthest_point_sample: pcops (every path) vs a plain PyTorch loop and the peers.
 
-    python benchmarks/bench_fps.py [--device cpu|cuda] [--quick] [--out FILE]
+    python benchmarks/bench_fps.py --device cuda [--sizes F1,F2,...] [--quick] [--out FILE]
+    python benchmarks/bench_fps.py --device cpu  [--quick] [--out FILE]
 
 B = batch, N = points per cloud, npoint = samples. FPS is a chain of npoint dependent steps, each
-a pass over the cloud, so its floor is latency and per-SM throughput rather than DRAM bandwidth:
-the table prints the point-updates per second (B * N * npoint / time) next to the times.
+a pass over the cloud (or, on the CPU's tree path, over the boxes the new sample can change), so
+its floor is the latency of one step rather than bandwidth: the tables print the point-updates
+per second (B * N * npoint / time) next to the times.
+
+CUDA: the sizes of issue 9 (F1-F7); "auto" is what pcops.furthest_point_sample runs, the other
+columns force one path (pcops.fps._furthest_point_sample_variant; "-" where a path cannot take
+the size). Every path returns the same bits; the script checks that too.
+
+CPU: pcops against fpsample's fastest exact method, bucket_fps_kdline_sampling (h=7), on uniform
+clouds and on the KITTI scan in .data/scans (benchmark-only extra: pip install fpsample). fpsample
+is given a start index and pcops starts from the index fpsample actually returns first (fpsample
+1.0.2's bucket methods do not start from the index they are given); the "same" column says
+whether the indices are equal, or equal up to the order of exactly tied samples (fpsample does
+not break ties to the lower index).
 """
 import os
 import sys
 
+import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/ and the repository root
 import pcops  # noqa: E402
+from pcops.fps import CPU_VARIANTS, CUDA_VARIANTS, _furthest_point_sample_variant  # noqa: E402
 from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
+
+CUDA_SIZES = {  # issue 9
+    "F1": (32, 1024, 512), "F2": (16, 4096, 1024), "F3": (8, 16384, 4096), "F4": (6, 10000, 1000),
+    "F5": (6, 10000, 10000), "F6": (1, 200_000, 20_000), "F7": (1, 1_000_000, 100_000),
+}
+KITTI = os.path.join(os.path.dirname(HERE), ".data", "scans", "kitti_velodyne_000000.npy")
 
 
 def fps_torch_loop(xyz, npoint):
@@ -51,52 +72,120 @@ def peer_functions():
     return peers
 
 
-def main():
-    args = base_parser(__doc__).parse_args()
-    dev = args.device
-    if dev == "cpu":
-        sizes = [(8, 4096, 1024), (32, 1024, 512), (1, 100_000, 1000), (16, 8192, 2048)]
-    else:
-        sizes = [(32, 1024, 512), (32, 512, 128), (16, 4096, 1024), (8, 8192, 2048),
-                 (8, 20_000, 4096), (1, 200_000, 20_000), (1, 1_000_000, 4096)]
+def bench_cuda(args):
+    names = args.sizes.split(",") if args.sizes else list(CUDA_SIZES)
     if args.quick:
-        sizes = [(2, 1000, 100), (8, 4096, 1024)] if dev == "cpu" else [(32, 1024, 512), (1, 200_000, 2000)]
+        names = ["F1", "F4"]
     peers = peer_functions()
-    loop_limit = 4096 if dev == "cpu" else 20_000  # npoint beyond which the PyTorch loop is skipped
-    for line in environment_header():
-        print(line)
     print(f"peers importable: {', '.join(peers) or 'none'}")
     gen = torch.Generator().manual_seed(0)
     rows = []
-    for B, N, npoint in sizes:
-        xyz = torch.rand(B, N, 3, generator=gen).to(dev)
+    for name in names:
+        B, N, npoint = CUDA_SIZES[name]
+        xyz = torch.rand(B, N, 3, generator=gen).cuda()
         reps = 3 if B * N * npoint > 1e10 else 10
-        t_pcops = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint), dev, warmup=1, reps=reps)
-        t_loop = None
-        if npoint <= loop_limit and (dev != "cpu" or B * N * npoint <= 1e9):
-            t_loop = time_fn(lambda: fps_torch_loop(xyz, npoint), dev, warmup=1, reps=3)
-        variants = {}
-        if dev != "cpu":  # the two CUDA kernels, forced (identical results; the default picks by size)
-            for v, name in (("1", "block"), ("2", "cluster")):
-                os.environ["PCOPS_FPS_VARIANT"] = v
-                variants[name] = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint), dev, warmup=1, reps=reps)
-            del os.environ["PCOPS_FPS_VARIANT"]
-        peer_times = {}
-        for name, fn in peers.items():
+        ref = pcops.furthest_point_sample(xyz, npoint, return_dist2=True)
+        t_auto = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint), "cuda", warmup=1, reps=reps)
+        times = {}
+        for v in CUDA_VARIANTS:
+            if v == "simple" and B * N * npoint > 2e9:
+                times[v] = None  # one block per cloud: seconds per call at F6, F7
+                continue
             try:
-                peer_times[name] = time_fn(lambda: fn(xyz, npoint), dev, warmup=1, reps=3)
+                got = _furthest_point_sample_variant(xyz, npoint, variant=v)
+            except ValueError:
+                times[v] = None  # the path cannot take this size
+                continue
+            same = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+            t = time_fn(lambda: _furthest_point_sample_variant(xyz, npoint, variant=v), "cuda",
+                        warmup=1, reps=reps)
+            times[v] = f"{fmt_ms(t)}{'' if same else ' DIFFERS'}"
+        peer_times = {}
+        for pname, fn in peers.items():
+            try:
+                peer_times[pname] = time_fn(lambda: fn(xyz, npoint), "cuda", warmup=1, reps=3)
             except Exception as e:  # a peer that rejects this size is reported, not fatal
-                peer_times[name] = None
-                print(f"{name} failed on B={B} N={N} npoint={npoint}: {type(e).__name__}: {e}")
-        best_other = min([t for t in [t_loop, *peer_times.values()] if t is not None], default=None)
-        rows.append([B, N, npoint, fmt_ms(t_pcops), *(fmt_ms(t) for t in variants.values()),
-                     f"{B * N * npoint / t_pcops / 1e6:.2f}",
-                     fmt_ms(t_loop), *(fmt_ms(peer_times[p]) for p in peers),
-                     f"{best_other / t_pcops:.1f}x" if best_other else "-"])
-    header = ["B", "N", "npoint", "pcops ms", *(["block ms", "cluster ms"] if dev != "cpu" else []), "Gupd/s", "torch loop ms", *(f"{p} ms" for p in peers),
-              "speedup vs best other"]
-    print_table(f"furthest_point_sample on {dev} (median of CUDA events / wall clock)", header, rows,
-                args.out)
+                peer_times[pname] = None
+                print(f"{pname} failed on {name}: {type(e).__name__}: {e}")
+        best_peer = min([t for t in peer_times.values() if t is not None], default=None)
+        rows.append([name, B, N, npoint, fmt_ms(t_auto), *(times[v] or "-" for v in CUDA_VARIANTS),
+                     f"{B * N * npoint / t_auto / 1e6:.2f}", *(fmt_ms(peer_times[p]) for p in peers),
+                     f"{best_peer / t_auto:.1f}x" if best_peer else "-"])
+        print("row:", *rows[-1], flush=True)  # in case a later size runs out of time
+    header = ["id", "B", "N", "npoint", "auto ms", *(f"{v} ms" for v in CUDA_VARIANTS), "Gupd/s",
+              *(f"{p} ms" for p in peers), "vs best peer"]
+    print_table("furthest_point_sample on cuda (median of CUDA events)", header, rows, args.out)
+
+
+def same_as_fpsample(ours_idx, ours_d2, theirs):
+    """'yes' when equal; 'ties' when equal up to the order of exactly tied samples; else 'NO'."""
+    if np.array_equal(ours_idx, theirs):
+        return "yes"
+    if len(ours_idx) != len(theirs) or set(ours_idx.tolist()) != set(theirs.tolist()):
+        return "NO"
+    for j in np.nonzero(ours_idx != theirs)[0]:
+        if not any(0 <= k < len(ours_d2) and ours_d2[k] == ours_d2[j] for k in (j - 1, j + 1)):
+            return "NO"
+    return f"ties ({int((ours_idx != theirs).sum())} slots)"
+
+
+def bench_cpu(args):
+    fpsample = try_import("fpsample")
+    print(f"fpsample importable: {'yes' if fpsample else 'no (pip install fpsample)'}")
+    gen = torch.Generator().manual_seed(0)
+    clouds = [("uniform", 1, 4096, 1024), ("uniform", 1, 10_000, 1000), ("uniform", 1, 20_000, 2000),
+              ("uniform", 1, 100_000, 10_000), ("kitti", 1, 115_384, 16_384),
+              ("uniform", 8, 4096, 1024), ("uniform", 32, 1024, 512), ("uniform", 16, 8192, 2048)]
+    if args.quick:
+        clouds = [("uniform", 1, 10_000, 1000), ("uniform", 8, 4096, 1024)]
+    rows = []
+    for kind, B, N, npoint in clouds:
+        if kind == "kitti":
+            if not os.path.exists(KITTI):
+                print(f"skipped: {KITTI} missing")
+                continue
+            xyz = torch.from_numpy(np.load(KITTI)[:, :3].astype(np.float32))[None].contiguous()
+        else:
+            xyz = torch.rand(B, N, 3, generator=gen)
+        start = torch.zeros(B, dtype=torch.long)
+        t_fs, same = None, "-"
+        if fpsample is not None:
+            pts = [np.ascontiguousarray(xyz[b].numpy()) for b in range(B)]
+            theirs = [fpsample.bucket_fps_kdline_sampling(p, npoint, h=7, start_idx=0) for p in pts]
+            start = torch.tensor([int(t[0]) for t in theirs])
+            t_fs = time_fn(lambda: [fpsample.bucket_fps_kdline_sampling(p, npoint, h=7, start_idx=0)
+                                    for p in pts], "cpu", warmup=1, reps=5)
+        ref = pcops.furthest_point_sample(xyz, npoint, start=start, return_dist2=True)
+        if fpsample is not None:
+            verdicts = {same_as_fpsample(ref[0][b].numpy(), ref[1][b].numpy(), theirs[b].astype(np.int64))
+                        for b in range(B)}
+            same = "NO" if "NO" in verdicts else ", ".join(sorted(verdicts))
+        t_auto = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint, start=start), "cpu", warmup=1, reps=5)
+        times = {}
+        for v in CPU_VARIANTS:
+            got = _furthest_point_sample_variant(xyz, npoint, None, start, variant=v)
+            ok = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+            t = time_fn(lambda: _furthest_point_sample_variant(xyz, npoint, None, start, variant=v),
+                        "cpu", warmup=1, reps=3 if v == "simple" else 5)
+            times[v] = f"{fmt_ms(t)}{'' if ok else ' DIFFERS'}"
+        rows.append([kind, B, N, npoint, fmt_ms(t_auto), *(times[v] for v in CPU_VARIANTS), fmt_ms(t_fs),
+                     f"{t_fs / t_auto:.1f}x" if t_fs else "-", same])
+    header = ["cloud", "B", "N", "npoint", "auto ms", *(f"{v} ms" for v in CPU_VARIANTS),
+              "fpsample ms", "fpsample/auto", "same idx"]
+    print_table(f"furthest_point_sample on cpu, {torch.get_num_threads()} threads (median wall clock)",
+                header, rows, args.out)
+
+
+def main():
+    parser = base_parser(__doc__)
+    parser.add_argument("--sizes", default=None, help="CUDA: comma-separated ids of issue 9 (F1..F7)")
+    args = parser.parse_args()
+    for line in environment_header():
+        print(line)
+    if args.device == "cpu":
+        bench_cpu(args)
+    else:
+        bench_cuda(args)
 
 
 if __name__ == "__main__":

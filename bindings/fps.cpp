@@ -1,7 +1,9 @@
-// fps.cpp -- binding of furthest_point_sample: checks, allocation, dispatch to kernels/fps.*.
+// fps.cpp -- binding of furthest_point_sample: shape/dtype/device/size checks, allocation,
+// dispatch to kernels/fps.*. No device reads: `start` is taken modulo lengths[b] by the kernels
+// (pcops/fps.py checks its values exactly on the CPU and draws the random start).
 #include <torch/library.h>
 
-#include <cstdlib>
+#include <climits>
 
 #include "utils.h"
 
@@ -20,8 +22,27 @@ struct FpsCall {
     int64_t B, N, npoint;
 };
 
+// Outputs [B, npoint] of int64 and of the compute dtype, or a ValueError naming npoint when
+// they cannot be allocated (npoint = 2**40, say), instead of the allocator's message.
+void allocate_outputs(FpsCall& c, const at::Tensor& like) {
+    const int64_t elem = 8 + (int64_t)c.xyz.element_size();
+    const bool overflow = c.B > 0 && c.npoint > INT64_MAX / c.B / elem;
+    TORCH_CHECK_VALUE(!overflow, "pcops.", kOp, ": argument 'npoint' = ", c.npoint,
+                      " asks for outputs [B, npoint] = [", c.B, ", ", c.npoint,
+                      "] whose size overflows 64 bits");
+    try {
+        c.idx = at::empty({c.B, c.npoint}, like.options().dtype(at::kLong));
+        c.dist2 = at::empty({c.B, c.npoint}, c.xyz.options());
+    } catch (const c10::Error& e) {
+        TORCH_CHECK_VALUE(false, "pcops.", kOp, ": argument 'npoint' = ", c.npoint,
+                          " asks for outputs [B, npoint] = [", c.B, ", ", c.npoint, "] of ",
+                          (double)c.B * (double)c.npoint * (double)elem / (1 << 20),
+                          " MiB on ", like.device(), ", which cannot be allocated");
+    }
+}
+
 FpsCall prepare(const at::Tensor& xyz, int64_t npoint, const std::optional<at::Tensor>& lengths,
-                const std::optional<at::Tensor>& start, bool random_start) {
+                const std::optional<at::Tensor>& start) {
     check_float_tensor(kOp, "xyz", xyz, 3, 3, "[B, N, 3]");
     check_positive(kOp, "npoint", npoint);
     FpsCall c;
@@ -29,82 +50,95 @@ FpsCall prepare(const at::Tensor& xyz, int64_t npoint, const std::optional<at::T
     c.N = xyz.size(1);
     c.npoint = npoint;
     c.lengths = check_lengths(kOp, "lengths", lengths, c.B, c.N, xyz);
-    const bool has_start = start.has_value() && start->defined();
-    TORCH_CHECK_VALUE(!(has_start && random_start), "pcops.", kOp,
-                      ": pass either 'start' or random_start=True, not both");
-    if (has_start) {
+    if (start.has_value() && start->defined()) {
         const at::Tensor& s = *start;
         check_index_tensor(kOp, "start", s, 1, "[B]");
         check_size(kOp, "start", s, 0, c.B, "the batch size B of 'xyz'");
         check_same_device(kOp, "start", s, "xyz", xyz);
-        if (c.B > 0 && check_values_now(s)) {
-            // start[b] must index a valid point of cloud b (any value is fine for an empty cloud).
-            at::Tensor len = c.lengths ? *c.lengths : at::full({c.B}, c.N, s.options());
-            at::Tensor bad = (s < 0).logical_or(s >= len).logical_and(len > 0);
-            if (bad.any().item<bool>()) {
-                int64_t b = bad.nonzero().select(1, 0)[0].item<int64_t>();
-                TORCH_CHECK_VALUE(false, "pcops.", kOp, ": argument 'start' must hold, for each b, ",
-                                  "a value in [0, lengths[b]) (lengths[b] = N = ", c.N,
-                                  " without 'lengths'), got start[", b, "] = ", s[b].item<int64_t>(),
-                                  " with lengths[", b, "] = ", len[b].item<int64_t>());
-            }
-        }
         c.start = s.contiguous();
-    } else if (random_start) {
-        // Uniform in [0, 2**62); the kernels take it modulo lengths[b]. Drawn on the device from
-        // torch's default generator: no host synchronisation, and capturable in a CUDA graph.
-        c.start = at::randint(0, int64_t(1) << 62, {c.B}, xyz.options().dtype(at::kLong));
     }
     c.xyz = to_compute_dtype(xyz);
-    c.idx = at::empty({c.B, npoint}, xyz.options().dtype(at::kLong));
-    c.dist2 = at::empty({c.B, npoint}, c.xyz.options());
+    allocate_outputs(c, xyz);
     return c;
 }
 
+// variant: pcops_fps_variant (0 = by size). The public op passes 0; the private op
+// _furthest_point_sample_variant forces a path for tests and benchmarks.
 std::tuple<at::Tensor, at::Tensor> fps_cpu(const at::Tensor& xyz, int64_t npoint,
                                            const std::optional<at::Tensor>& lengths,
                                            const std::optional<at::Tensor>& start,
-                                           bool random_start) {
-    FpsCall c = prepare(xyz, npoint, lengths, start, random_start);
+                                           int64_t variant) {
+    TORCH_CHECK_VALUE(variant == PCOPS_FPS_AUTO || variant == PCOPS_FPS_SIMPLE ||
+                          variant == PCOPS_FPS_TREE,
+                      "pcops.", kOp, ": variant ", variant,
+                      " does not exist on the CPU (0 = auto, 1 = simple, 2 = tree)");
+    FpsCall c = prepare(xyz, npoint, lengths, start);
     pcops_dtype dtype = to_pcops_dtype(c.xyz.scalar_type());
     at::Tensor workspace = at::empty(
         {(int64_t)pcops_fps_workspace_bytes(dtype, c.B, c.N)}, c.xyz.options().dtype(at::kByte));
-    check_status(kOp, pcops_fps_cpu(dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
-                                    ptr_or_null(c.start), c.B, c.N, c.npoint,
-                                    workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
-                                    c.dist2.data_ptr()));
+    check_status(kOp, pcops_fps_cpu_variant(dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
+                                            ptr_or_null(c.start), c.B, c.N, c.npoint,
+                                            workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
+                                            c.dist2.data_ptr(), (int)variant));
     return {c.idx, c.dist2.to(xyz.scalar_type())};
+}
+
+std::tuple<at::Tensor, at::Tensor> fps_cpu_auto(const at::Tensor& xyz, int64_t npoint,
+                                                const std::optional<at::Tensor>& lengths,
+                                                const std::optional<at::Tensor>& start) {
+    return fps_cpu(xyz, npoint, lengths, start, PCOPS_FPS_AUTO);
 }
 
 #ifdef PCOPS_WITH_CUDA
 std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoint,
                                             const std::optional<at::Tensor>& lengths,
                                             const std::optional<at::Tensor>& start,
-                                            bool random_start) {
+                                            int64_t variant) {
     check_cuda_tensor(kOp, "xyz", xyz);
+    TORCH_CHECK_VALUE(xyz.dim() != 3 || xyz.size(1) <= INT_MAX, "pcops.", kOp,
+                      ": argument 'xyz' has N = ", xyz.dim() == 3 ? xyz.size(1) : 0,
+                      " points per cloud; on CUDA a cloud holds at most 2**31 - 1 points");
+    TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_GRID &&
+                          variant != PCOPS_FPS_TREE,
+                      "pcops.", kOp, ": variant ", variant,
+                      " does not exist on CUDA (0 = auto, 1 = simple, 3 = warp, 4 = block, "
+                      "5 = cluster, 6 = grid)");
     c10::cuda::CUDAGuard guard(xyz.device());
-    FpsCall c = prepare(xyz, npoint, lengths, start, random_start);
+    FpsCall c = prepare(xyz, npoint, lengths, start);
     pcops_dtype dtype = to_pcops_dtype(c.xyz.scalar_type());
-    at::Tensor workspace =
-        at::empty({(int64_t)pcops_fps_cuda_workspace_bytes(dtype, c.B, c.N)},
-                  c.xyz.options().dtype(at::kByte));
-    // PCOPS_FPS_VARIANT=1|2 forces a kernel (benchmarks compare them); results are identical.
-    const char* variant = std::getenv("PCOPS_FPS_VARIANT");
-    check_cuda(kOp, pcops_fps_cuda_variant(dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
-                                           ptr_or_null(c.start), c.B, c.N, c.npoint,
-                                           workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
-                                           c.dist2.data_ptr(), variant ? std::atoi(variant) : 0,
-                                           at::cuda::getCurrentCUDAStream()));
+    pcops_fps_cuda_plan plan;
+    cudaError_t err = pcops_fps_cuda_make_plan(dtype, c.B, c.N, c.npoint, (int)variant, &plan);
+    TORCH_CHECK_VALUE(err == cudaSuccess, "pcops.", kOp, ": variant ", variant,
+                      " cannot run B = ", c.B, ", N = ", c.N, " (", c.xyz.scalar_type(),
+                      ") on this device (", cudaGetErrorString(err), ")");
+    at::Tensor workspace = at::empty({(int64_t)plan.workspace_bytes},
+                                     c.xyz.options().dtype(at::kByte));
+    check_cuda(kOp, pcops_fps_cuda_run(&plan, dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
+                                       ptr_or_null(c.start), c.B, c.N, c.npoint,
+                                       workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
+                                       c.dist2.data_ptr(), at::cuda::getCurrentCUDAStream()));
     return {c.idx, c.dist2.to(xyz.scalar_type())};
+}
+
+std::tuple<at::Tensor, at::Tensor> fps_cuda_auto(const at::Tensor& xyz, int64_t npoint,
+                                                 const std::optional<at::Tensor>& lengths,
+                                                 const std::optional<at::Tensor>& start) {
+    return fps_cuda(xyz, npoint, lengths, start, PCOPS_FPS_AUTO);
 }
 #endif
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("furthest_point_sample", &fps_cpu); }
+TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+    m.impl("furthest_point_sample", &fps_cpu_auto);
+    m.impl("_furthest_point_sample_variant", &fps_cpu);
+}
 
 #ifdef PCOPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("furthest_point_sample", &fps_cuda); }
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+    m.impl("furthest_point_sample", &fps_cuda_auto);
+    m.impl("_furthest_point_sample_variant", &fps_cuda);
+}
 #endif
 
 }  // namespace pcops

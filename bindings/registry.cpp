@@ -23,13 +23,19 @@ PyObject* PyInit__C(void) {
 }
 
 TORCH_LIBRARY(pcops, m) {
-    // xyz[B,N,3] -> idx[B,npoint] int64, dist2[B,npoint] (xyz's dtype). Greedy FPS from start[b]
-    // (default 0; random_start=True draws it on the device from torch's default generator);
-    // dist2[b,j] is the coverage radius (squared) when sample j was chosen, 0 for sample 0.
-    // Slots past min(npoint, lengths[b]) hold idx -1 and dist2 0.
+    // xyz[B,N,3] -> idx[B,npoint] int64, dist2[B,npoint] (xyz's dtype). Greedy FPS from
+    // start[b] mod lengths[b] (default 0; pcops.furthest_point_sample checks start on the CPU
+    // and draws random_start=True on the device); dist2[b,j] is the coverage radius (squared)
+    // when sample j was chosen, 0 for sample 0. Slots past min(npoint, lengths[b]) hold idx -1
+    // and dist2 0.
     m.def(
-        "furthest_point_sample(Tensor xyz, int npoint, Tensor? lengths=None, Tensor? start=None, "
-        "bool random_start=False) -> (Tensor idx, Tensor dist2)");
+        "furthest_point_sample(Tensor xyz, int npoint, Tensor? lengths=None, Tensor? start=None) "
+        "-> (Tensor idx, Tensor dist2)");
+    // Private: the same with a forced path (kernels/pcops.h pcops_fps_variant), for tests and
+    // benchmarks; every path returns the same bits.
+    m.def(
+        "_furthest_point_sample_variant(Tensor xyz, int npoint, Tensor? lengths, Tensor? start, "
+        "int variant) -> (Tensor idx, Tensor dist2)");
 
     // query[B,M,3], ref[B,N,3] -> dist2[B,M,k] (query's dtype), idx[B,M,k] int64: the k nearest
     // valid refs sorted by (dist2, idx); idx -1 / dist2 +inf past the valid refs.

@@ -62,7 +62,8 @@
  *   - C++ with GCC (g++ contracts even in -std=c++17), i.e. the host half of a .cu file or a
  *     CPU kernel built as C++: each product goes through an empty asm statement that keeps it
  *     in a register, so GCC cannot see the multiply when it meets the add (PCOPS_ROUNDED).
- *     That also stops vectorisation, so hot CPU loops belong in C files.
+ *     That also stops vectorisation, so hot CPU loops belong in C files. (In C, and with
+ *     clang, PCOPS_ROUNDED is empty and the loops vectorise.)
  *   - -ffast-math (__FAST_MATH__) would break this and the +inf/NaN rules: refused.
  *   What no header can see: an explicit -ffp-contract=fast on the command line (GCC ISO C,
  *   clang). Do not pass it; the bitwise CPU/CUDA tests (pytest, lab/) would catch it.
@@ -95,72 +96,45 @@
 #endif
 
 /* ------------------------------------------------------------------------------------------
- * 2. Squared distances: dx*dx + dy*dy + dz*dz, left to right, every operation rounded to
- *    nearest on its own. +inf for overflow, NaN for non-finite inputs, as IEEE says.
+ * 2. Squared distances: dx*dx + dy*dy + dz*dz, left to right, every product and sum rounded
+ *    to nearest on its own (no FMA). +inf for overflow, NaN for non-finite inputs, as IEEE
+ *    says. Built from two rounded operations per type: the intrinsics on the device, plain
+ *    operators on the host (each product kept from contraction by section 1).
  * ---------------------------------------------------------------------------------------- */
-PCOPS_HD float pcops_dist2_f32(float ax, float ay, float az, float bx, float by, float bz) {
 #if defined(__CUDA_ARCH__)
-    const float dx = __fsub_rn(ax, bx), dy = __fsub_rn(ay, by), dz = __fsub_rn(az, bz);
-    return __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
+PCOPS_HD float pcops_mul_f32(float a, float b) { return __fmul_rn(a, b); }
+PCOPS_HD float pcops_add_f32(float a, float b) { return __fadd_rn(a, b); }
+PCOPS_HD double pcops_mul_f64(double a, double b) { return __dmul_rn(a, b); }
+PCOPS_HD double pcops_add_f64(double a, double b) { return __dadd_rn(a, b); }
 #else
-    const float dx = ax - bx, dy = ay - by, dz = az - bz;
-    float xx = dx * dx;
-    float yy = dy * dy;
-    float zz = dz * dz;
-    PCOPS_ROUNDED(xx);
-    PCOPS_ROUNDED(yy);
-    PCOPS_ROUNDED(zz);
-    const float xy = xx + yy;
-    return xy + zz;
+#define PCOPS_DEFINE_HOST_OPS(SUF, T)                                                          \
+    PCOPS_HD T pcops_mul_##SUF(T a, T b) {                                                     \
+        T product = a * b;                                                                     \
+        PCOPS_ROUNDED(product);                                                                \
+        return product;                                                                        \
+    }                                                                                          \
+    PCOPS_HD T pcops_add_##SUF(T a, T b) { return a + b; }
+PCOPS_DEFINE_HOST_OPS(f32, float)
+PCOPS_DEFINE_HOST_OPS(f64, double)
+#undef PCOPS_DEFINE_HOST_OPS
 #endif
-}
 
-PCOPS_HD double pcops_dist2_f64(double ax, double ay, double az, double bx, double by,
-                                double bz) {
-#if defined(__CUDA_ARCH__)
-    const double dx = __dsub_rn(ax, bx), dy = __dsub_rn(ay, by), dz = __dsub_rn(az, bz);
-    return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
-#else
-    const double dx = ax - bx, dy = ay - by, dz = az - bz;
-    double xx = dx * dx;
-    double yy = dy * dy;
-    double zz = dz * dz;
-    PCOPS_ROUNDED(xx);
-    PCOPS_ROUNDED(yy);
-    PCOPS_ROUNDED(zz);
-    const double xy = xx + yy;
-    return xy + zz;
-#endif
-}
-
-/* The same in the xy plane (circle NMS): dx*dx + dy*dy. */
-PCOPS_HD float pcops_dist2_xy_f32(float ax, float ay, float bx, float by) {
-#if defined(__CUDA_ARCH__)
-    const float dx = __fsub_rn(ax, bx), dy = __fsub_rn(ay, by);
-    return __fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy));
-#else
-    const float dx = ax - bx, dy = ay - by;
-    float xx = dx * dx;
-    float yy = dy * dy;
-    PCOPS_ROUNDED(xx);
-    PCOPS_ROUNDED(yy);
-    return xx + yy;
-#endif
-}
-
-PCOPS_HD double pcops_dist2_xy_f64(double ax, double ay, double bx, double by) {
-#if defined(__CUDA_ARCH__)
-    const double dx = __dsub_rn(ax, bx), dy = __dsub_rn(ay, by);
-    return __dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy));
-#else
-    const double dx = ax - bx, dy = ay - by;
-    double xx = dx * dx;
-    double yy = dy * dy;
-    PCOPS_ROUNDED(xx);
-    PCOPS_ROUNDED(yy);
-    return xx + yy;
-#endif
-}
+/* pcops_dist2_SUF(a, b) for 3-D points and pcops_dist2_xy_SUF(a, b) in the xy plane (circle
+ * NMS), SUF = f32 / f64. A subtraction is exact in sign, so (a - b) and (b - a) give the
+ * same bits: the argument order is free. */
+#define PCOPS_DEFINE_DIST2(SUF, T)                                                             \
+    PCOPS_HD T pcops_dist2_##SUF(T ax, T ay, T az, T bx, T by, T bz) {                         \
+        const T dx = ax - bx, dy = ay - by, dz = az - bz;                                      \
+        const T xy = pcops_add_##SUF(pcops_mul_##SUF(dx, dx), pcops_mul_##SUF(dy, dy));        \
+        return pcops_add_##SUF(xy, pcops_mul_##SUF(dz, dz));                                   \
+    }                                                                                          \
+    PCOPS_HD T pcops_dist2_xy_##SUF(T ax, T ay, T bx, T by) {                                  \
+        const T dx = ax - bx, dy = ay - by;                                                    \
+        return pcops_add_##SUF(pcops_mul_##SUF(dx, dx), pcops_mul_##SUF(dy, dy));             \
+    }
+PCOPS_DEFINE_DIST2(f32, float)
+PCOPS_DEFINE_DIST2(f64, double)
+#undef PCOPS_DEFINE_DIST2
 
 /* ------------------------------------------------------------------------------------------
  * 3. The key (dist2, idx): ordered by dist2, ties to the lower idx. Selection (kNN, FPS's

@@ -82,11 +82,31 @@ size_t pcops_dtype_size(pcops_dtype dtype);
  * chosen (0 for sample 0): the coverage radius curve. Slots j >= min(npoint, L) get idx -1
  * and dist2 0. dtype: FLOAT32 or FLOAT64.
  * ---------------------------------------------------------------------------------------- */
+
+/* The FPS paths. Every path returns the same bits; AUTO chooses by size (and device). Tests and
+ * benchmarks force one through the *_variant entry points. A path that does not exist on the
+ * device, or cannot take the sizes, is an error (PCOPS_ERROR_INVALID_VALUE /
+ * cudaErrorInvalidValue), never a silent substitute. */
+typedef enum pcops_fps_variant {
+    PCOPS_FPS_AUTO = 0,
+    PCOPS_FPS_SIMPLE = 1,  /* CPU and CUDA: every step is a pass over the cloud (reference) */
+    PCOPS_FPS_TREE = 2,    /* CPU: KD tree, a step visits only the boxes the sample can change */
+    PCOPS_FPS_WARP = 3,    /* CUDA: several clouds per block, one warp per cloud, registers */
+    PCOPS_FPS_BLOCK = 4,   /* CUDA: one block per cloud, points in registers */
+    PCOPS_FPS_CLUSTER = 5, /* CUDA (sm_90): a thread-block cluster per cloud, registers */
+    PCOPS_FPS_GRID = 6,    /* CUDA: the whole (co-resident) grid on one cloud at a time */
+} pcops_fps_variant;
+
+/* Workspace of the CPU paths (any variant). */
 size_t pcops_fps_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N);
 
 pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                            const int64_t* start, int64_t B, int64_t N, int64_t npoint,
                            void* workspace, int64_t* idx, void* dist2);
+/* The same with a forced path: AUTO, SIMPLE or TREE. */
+pcops_status pcops_fps_cpu_variant(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                                   const int64_t* start, int64_t B, int64_t N, int64_t npoint,
+                                   void* workspace, int64_t* idx, void* dist2, int variant);
 
 /* ------------------------------------------------------------------------------------------
  * k nearest neighbours (kernels/knn.c, kernels/knn.cu)
@@ -193,17 +213,32 @@ pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, cons
  * the device, plus the stream to launch on. Workspace sizes may differ from the CPU's: use
  * the _cuda_workspace_bytes functions.
  * ---------------------------------------------------------------------------------------- */
-size_t pcops_fps_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N);
-cudaError_t pcops_fps_cuda(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
-                           const int64_t* start, int64_t B, int64_t N, int64_t npoint,
-                           void* workspace, int64_t* idx, void* dist2, cudaStream_t stream);
-/* The same with an explicit kernel choice, for benchmarks: 0 = by size (what pcops_fps_cuda
- * does), 1 = one thread block per cloud, 2 = a thread-block cluster per cloud (sm_90+; falls
- * back to 1 on older GPUs and in builds without sm_90 code). The results are identical. */
-cudaError_t pcops_fps_cuda_variant(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
-                                   const int64_t* start, int64_t B, int64_t N, int64_t npoint,
-                                   void* workspace, int64_t* idx, void* dist2, int variant,
-                                   cudaStream_t stream);
+/* FPS on CUDA goes through a launch plan: pcops_fps_cuda_make_plan chooses the path and its
+ * shape once, from the sizes, the dtype and the current device (variant: pcops_fps_variant,
+ * AUTO to choose by size), and returns it with the workspace size; pcops_fps_cuda_run launches
+ * exactly that plan. A forced variant that cannot take the sizes (points that do not fit the
+ * registers, no clusters on the device, a grid that is not co-resident) or any
+ * N > 2**31 - 1 returns cudaErrorInvalidValue. Every plan returns the same bits. */
+typedef struct pcops_fps_cuda_plan {
+    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER or GRID (never AUTO) */
+    int threads;            /* threads per block */
+    int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace */
+    int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
+    int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
+    int blocks_per_cloud;   /* CLUSTER: the cluster size; GRID: the blocks of the grid */
+    int64_t blocks;         /* blocks launched */
+    pcops_dtype dtype;
+    int64_t B, N;
+    size_t workspace_bytes; /* bytes of device workspace pcops_fps_cuda_run needs */
+} pcops_fps_cuda_plan;
+
+cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, int64_t N, int64_t npoint,
+                                     int variant, pcops_fps_cuda_plan* plan);
+/* dtype, B and N must be the plan's. */
+cudaError_t pcops_fps_cuda_run(const pcops_fps_cuda_plan* plan, pcops_dtype dtype,
+                               const void* xyz, const int64_t* lengths, const int64_t* start,
+                               int64_t B, int64_t N, int64_t npoint, void* workspace,
+                               int64_t* idx, void* dist2, cudaStream_t stream);
 
 /* kNN on CUDA: M, N and K at most INT_MAX (cudaErrorInvalidValue otherwise). The workspace
  * holds the partial lists of queries whose refs are split over several threads (few queries,

@@ -30,7 +30,9 @@ def furthest_point_sample(
         npoint: number of samples ``>= 1``.
         lengths: optional int64 ``[B]``: cloud ``b`` is its first ``lengths[b]`` points (ragged
             batches). Slots past ``min(npoint, lengths[b])`` hold -1.
-        start: optional int64 ``[B]``: the first sample of each cloud, in ``[0, lengths[b])``.
+        start: optional int64 ``[B]``: the first sample of each cloud, in ``[0, lengths[b])``
+            (checked exactly for CPU tensors; on CUDA, where a check would synchronise with the
+            host, a value outside is taken modulo ``lengths[b]``).
         random_start: draw the first samples uniformly on the device from torch's default
             generator (``torch.manual_seed`` makes it reproducible), with no host
             synchronisation. Excludes ``start``.
@@ -47,18 +49,68 @@ def furthest_point_sample(
         >>> idx = pcops.furthest_point_sample(xyz, 256)           # [2, 256]
         >>> centres = xyz.gather(1, idx[..., None].expand(-1, -1, 3))
     """
-    idx, dist2 = torch.ops.pcops.furthest_point_sample.default(
-        xyz, npoint, lengths, start, random_start
-    )
+    start = _resolve_start(xyz, lengths, start, random_start)
+    idx, dist2 = torch.ops.pcops.furthest_point_sample.default(xyz, npoint, lengths, start)
     return (idx, dist2) if return_dist2 else idx
 
 
-@torch.library.register_fake("pcops::furthest_point_sample")
-def _fps_fake(xyz, npoint, lengths=None, start=None, random_start=False):
+def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tensor],
+                   random_start: bool) -> Optional[Tensor]:
+    """The start tensor to pass to the op: drawn for random_start (uniform in [0, 2**62) on
+    xyz's device from torch's default generator; the kernels take it modulo lengths[b], so no
+    host synchronisation), or the user's, checked exactly when it lives on the CPU (on CUDA a
+    check would read the device: the kernels take start modulo lengths[b] there)."""
+    if random_start:
+        if start is not None:
+            raise ValueError("pcops.furthest_point_sample: pass either 'start' or random_start=True, not both")
+        if not (isinstance(xyz, Tensor) and xyz.dim() == 3):
+            return None  # the op reports the bad xyz
+        return torch.randint(0, 1 << 62, (xyz.shape[0],), device=xyz.device, dtype=torch.long)
+    if (start is not None and isinstance(start, Tensor) and start.device.type == "cpu"
+            and start.dtype == torch.long and start.dim() == 1 and isinstance(xyz, Tensor)
+            and xyz.dim() == 3 and start.shape[0] == xyz.shape[0] and xyz.shape[0] > 0
+            and not torch.compiler.is_compiling()):
+        N = xyz.shape[1]
+        if lengths is not None and isinstance(lengths, Tensor) and lengths.shape == start.shape \
+                and lengths.device.type == "cpu":
+            length = lengths.clamp(0, N)
+        else:
+            length = torch.full_like(start, N)
+        bad = ((start < 0) | (start >= length)) & (length > 0)
+        if bool(bad.any()):
+            b = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                "pcops.furthest_point_sample: argument 'start' must hold, for each b, a value in "
+                f"[0, lengths[b]) (lengths[b] = N = {N} without 'lengths'), got start[{b}] = "
+                f"{int(start[b])} with lengths[{b}] = {int(length[b])}")
+    return start
+
+
+# Private: the paths of kernels/pcops.h (pcops_fps_variant). Every path returns the same bits;
+# tests and benchmarks force one with _furthest_point_sample_variant.
+FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6}
+CPU_VARIANTS = ("simple", "tree")
+CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid")
+
+
+def _furthest_point_sample_variant(xyz: Tensor, npoint: int, lengths: Optional[Tensor] = None,
+                                   start: Optional[Tensor] = None, variant: str = "auto"):
+    """furthest_point_sample forced through one path ("simple", "tree" on the CPU; "simple",
+    "warp", "block", "cluster", "grid" on CUDA). Returns (idx, dist2). A path that cannot take
+    the sizes on this device raises ValueError."""
+    return torch.ops.pcops._furthest_point_sample_variant.default(
+        xyz, npoint, lengths, start, FPS_VARIANTS[variant])
+
+
+def _fps_fake(xyz, npoint, lengths=None, start=None, variant=0):
     torch._check(xyz.dim() == 3 and xyz.shape[-1] == 3, lambda: "xyz must be [B, N, 3]")
     torch._check(npoint >= 1, lambda: "npoint must be >= 1")
     B = xyz.shape[0]
     return xyz.new_empty((B, npoint), dtype=torch.long), xyz.new_empty((B, npoint))
+
+
+torch.library.register_fake("pcops::furthest_point_sample")(_fps_fake)
+torch.library.register_fake("pcops::_furthest_point_sample_variant")(_fps_fake)
 
 
 def _fps_setup_context(ctx, inputs, output):
@@ -66,9 +118,16 @@ def _fps_setup_context(ctx, inputs, output):
 
 
 def _fps_backward(ctx, grad_idx, grad_dist2):
+    return None, None, None, None
+
+
+def _fps_variant_backward(ctx, grad_idx, grad_dist2):
     return None, None, None, None, None
 
 
 torch.library.register_autograd(
     "pcops::furthest_point_sample", _fps_backward, setup_context=_fps_setup_context
+)
+torch.library.register_autograd(
+    "pcops::_furthest_point_sample_variant", _fps_variant_backward, setup_context=_fps_setup_context
 )

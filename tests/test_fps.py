@@ -7,6 +7,7 @@ import pcops
 from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, rand_points, random_lengths
 
 fps_op = torch.ops.pcops.furthest_point_sample.default
+from pcops.fps import _furthest_point_sample_variant as fps_variant  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,19 +228,61 @@ def _bad_cases(device):
         ((x, 4, L(3.0, 4.0)), TypeError, r"'lengths' must be an int64 tensor"),
         ((x, 4, L(3, 11)), ValueError, r"'lengths' must hold values in \[0, N\] = \[0, 10\], got values in \[3, 11\]"),
         ((x, 4, L(-1, 5)), ValueError, r"'lengths' must hold values in \[0, N\]"),
-        ((x, 4, None, L(0, 10)), ValueError, r"'start' must hold, for each b, a value in \[0, lengths\[b\]\).*start\[1\] = 10"),
-        ((x, 4, L(5, 5), L(0, 5)), ValueError, r"start\[1\] = 5 with lengths\[1\] = 5"),
-        ((x, 4, None, L(-1, 0)), ValueError, r"start\[0\] = -1"),
         ((x, 4, None, L(0, 0, 0)), ValueError, r"'start' must have 2 \(the batch size B"),
-        ((x, 4, None, L(0, 0), True), ValueError, r"either 'start' or random_start=True"),
+        ((x, 4, None, L(0.0, 1.0)), TypeError, r"'start' must be an int64 tensor"),
     ]
 
 
-@pytest.mark.parametrize("case", range(15))
+@pytest.mark.parametrize("case", range(12))
 def test_bad_inputs_raise(device, case):
     args, exc, pattern = _bad_cases(device)[case]
     with pytest.raises(exc, match=r"pcops\.furthest_point_sample: .*" + pattern):
         fps_op(*args)
+
+
+def _bad_start_cases():
+    """Values of `start` are checked by pcops.furthest_point_sample on CPU tensors (on CUDA a
+    check would synchronise with the host: the kernels take start modulo lengths[b])."""
+    x = torch.rand(2, 10, 3)
+    L = lambda *v: torch.tensor(v)  # noqa: E731
+    return [
+        ((x, 4, None, L(0, 10)), {}, r"'start' must hold, for each b, a value in \[0, lengths\[b\]\).*start\[1\] = 10"),
+        ((x, 4, L(5, 5), L(0, 5)), {}, r"start\[1\] = 5 with lengths\[1\] = 5"),
+        ((x, 4, None, L(-1, 0)), {}, r"start\[0\] = -1"),
+        ((x, 4, None, L(0, 0)), {"random_start": True}, r"either 'start' or random_start=True"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_bad_start_raises_in_the_wrapper(case):
+    args, kwargs, pattern = _bad_start_cases()[case]
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: .*" + pattern):
+        pcops.furthest_point_sample(*args, **kwargs)
+
+
+def test_start_out_of_range_is_taken_modulo_length_by_the_op(device, gen):
+    """The op itself (no check, no host read) takes start[b] modulo lengths[b], as the C API
+    documents; the wrapper's check covers CPU users."""
+    xyz = rand_points(3, 50, gen).to(device)
+    lengths = torch.tensor([50, 7, 0], device=device)
+    got = fps_op(xyz, 5, lengths, torch.tensor([53, -1, 4], device=device))
+    want = fps_op(xyz, 5, lengths, torch.tensor([3, 6, 0], device=device))
+    assert_equal(got[0], want[0])
+    assert_equal(got[1], want[1])
+
+
+def test_npoint_whose_outputs_cannot_be_allocated_raises_naming_npoint(device):
+    x = torch.rand(2, 10, 3, device=device)
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'npoint' = 1099511627776 asks for outputs"):
+        fps_op(x, 2**40)
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'npoint' = 4611686018427387904 .*overflows"):
+        fps_op(x, 2**62)
+
+
+def test_cuda_cloud_over_int32_points_raises_naming_the_op(cuda):
+    xyz = torch.zeros(1, 1, 3, device="cuda").expand(1, 2**31, 3)  # a view: nothing allocated
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'xyz' has N = 2147483648 points per cloud; on CUDA"):
+        fps_op(xyz, 4)
 
 
 def test_mixed_devices_raise(cuda):
@@ -358,25 +401,145 @@ def test_cuda_sanitizer_cases(cuda, gen, N, npoint, dtype):
     assert_equal(gpu[0], cpu[0], what="idx")
 
 
-@pytest.mark.parametrize("variant", ["1", "2"])
-@pytest.mark.parametrize("N,npoint", [(1, 1), (7, 7), (1000, 300), (8193, 2000), (30000, 500)])
-def test_cuda_kernel_variants_equal_cpu(cuda, gen, monkeypatch, variant, N, npoint):
-    """Both CUDA kernels (one block per cloud, a cluster per cloud) give the CPU's bits."""
-    monkeypatch.setenv("PCOPS_FPS_VARIANT", variant)
-    xyz = rand_points(3, N, gen)
-    lengths = torch.tensor([N, max(N // 3, 1), 0])
-    gpu = fps_op(xyz.cuda(), npoint, lengths.cuda())
-    cpu = fps_op(xyz, npoint, lengths)
+# ---------------------------------------------------------------------------------------------
+# every path against the simple one, bit for bit, on the same inputs
+
+
+def _path_inputs(case, B, N, gen, dtype):
+    """(xyz, lengths, start) for the path tests: ragged lengths and random starts every time."""
+    if case == "uniform":
+        xyz = rand_points(B, N, gen, dtype=dtype)
+    elif case == "ties":  # a coarse grid: many exactly equal distances
+        xyz = clustered_points(B, N, gen, dtype=dtype, clusters=5)
+    elif case == "duplicates":  # every point four times, and a constant cloud
+        xyz = rand_points(B, (N + 3) // 4, gen, dtype=dtype).repeat(1, 4, 1)[:, :N].contiguous()
+        xyz[-1] = 0.5
+    elif case == "utm":  # huge coordinates: 1e5 m offsets
+        xyz = rand_points(B, N, gen, dtype=dtype, scale=300.0, offset=4.5e5)
+    elif case == "huge":  # squared distances overflow float32 to inf in parts of the cloud
+        xyz = rand_points(B, N, gen, dtype=dtype, scale=3e19, offset=-1.5e19)
+    lengths = random_lengths(B, N, gen)
+    lengths[0] = N
+    start = torch.randint(0, max(N, 1), (B,), generator=gen) % lengths.clamp(min=1)
+    return xyz, lengths, start
+
+
+CPU_PATH_CASES = [(1, 1), (2, 5), (63, 63), (64, 30), (65, 65), (200, 150), (1000, 400),
+                  (4097, 1500), (20001, 3000)]
+
+
+@pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm", "huge"])
+@pytest.mark.parametrize("N,npoint", CPU_PATH_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_tree_path_equals_simple_path(gen, case, N, npoint, dtype):
+    """The KD-tree path skips whole boxes; its samples and dist2 must be the simple path's bits
+    (ties to the lower index, unique indices on duplicates, ragged lengths, random start)."""
+    xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
+    simple = fps_variant(xyz, npoint, lengths, start, variant="simple")
+    tree = fps_variant(xyz, npoint, lengths, start, variant="tree")
+    assert_equal(tree[0], simple[0], what="idx")
+    assert_equal(tree[1], simple[1], what="dist2")
+    auto = fps_op(xyz, npoint, lengths, start)
+    assert_equal(auto[0], simple[0], what="idx")
+    if case != "huge":  # there dist2 holds +inf, whose differences are NaN
+        for b in range(3):
+            check_row_properties(tree[0][b].numpy(), tree[1][b].numpy(), int(lengths[b]), npoint)
+
+
+def test_cpu_tree_path_matches_the_numpy_reference(gen):
+    xyz, lengths, start = _path_inputs("ties", 2, 3000, gen, torch.float32)
+    tree = fps_variant(xyz, 800, lengths, start, variant="tree")
+    for b in range(2):
+        ref_idx, ref_d = fps_reference(xyz[b].numpy(), 800, int(lengths[b]), int(start[b]))
+        assert_equal(tree[0][b], torch.from_numpy(ref_idx), what="idx")
+        assert_equal(tree[1][b], torch.from_numpy(ref_d), what="dist2")
+
+
+def test_cpu_tree_path_with_non_finite_coordinates_equals_simple(gen):
+    """Boxes mean nothing with inf/NaN coordinates: such a cloud takes the simple path."""
+    xyz = rand_points(2, 5000, gen)
+    xyz[0, 17, 1] = float("nan")
+    xyz[1, 4000, 2] = float("inf")
+    simple = fps_variant(xyz, 600, variant="simple")
+    tree = fps_variant(xyz, 600, variant="tree")
+    assert_equal(tree[0], simple[0], what="idx")
+    assert_equal(tree[1], simple[1], what="dist2")
+
+
+def test_cpu_tree_path_on_a_real_lidar_scan():
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", ".data", "scans", "kitti_velodyne_000000.npy")
+    if not os.path.exists(path):
+        pytest.skip("no .data/scans/kitti_velodyne_000000.npy")
+    xyz = torch.from_numpy(np.load(path)[:, :3].astype(np.float32))[None]
+    start = torch.tensor([12345])
+    simple = fps_variant(xyz, 1500, None, start, variant="simple")
+    tree = fps_variant(xyz, 1500, None, start, variant="tree")
+    assert_equal(tree[0], simple[0], what="idx")
+    assert_equal(tree[1], simple[1], what="dist2")
+
+
+def test_cpu_paths_reject_cuda_variants():
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 4 does not exist on the CPU"):
+        fps_variant(torch.rand(1, 10, 3), 4, variant="block")
+
+
+def test_variant_op_opcheck(device, gen):
+    xyz = rand_points(2, 40, gen).to(device)
+    torch.library.opcheck(torch.ops.pcops._furthest_point_sample_variant.default,
+                          (xyz, 10, None, None, 1))
+
+
+# Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
+# plan_grid): above these it raises ValueError; "cluster" and "grid" take any size.
+CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
+                      "block": {torch.float32: 8192, torch.float64: 4096}}
+
+
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid"])
+@pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
+@pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
+                                      (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
+                                      (30001, 600)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
+    """Every CUDA path (simple, several clouds per block, block, cluster, grid) gives the CPU's
+    bits on the same inputs, or refuses sizes beyond its documented capacity."""
+    xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
+    cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
+    cap = CUDA_PATH_CAPACITY.get(variant, {}).get(dtype)
+    if cap is not None and N > cap:
+        with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant .* cannot run"):
+            fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
+        return
+    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
+@pytest.mark.parametrize("variant", ["cluster", "grid"])
+def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant):
+    """A cloud too large for registers (temp in the workspace) on the cluster and grid paths."""
+    xyz = rand_points(2, 150_000, gen)
+    lengths = torch.tensor([150_000, 99_999])
+    start = torch.tensor([7, 99_998])
+    cpu = fps_variant(xyz, 300, lengths, start, variant="tree")
+    gpu = fps_variant(xyz.cuda(), 300, lengths.cuda(), start.cuda(), variant=variant)
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
+def test_cuda_rejects_the_cpu_tree_variant(cuda):
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 2 does not exist on CUDA"):
+        fps_variant(torch.rand(1, 10, 3, device="cuda"), 4, variant="tree")
+
+
 @pytest.mark.sanitizer
-def test_cuda_sanitizer_cluster_kernel(cuda, gen, monkeypatch):
-    monkeypatch.setenv("PCOPS_FPS_VARIANT", "2")
-    xyz = rand_points(2, 3000, gen)
-    lengths = torch.tensor([3000, 5])
-    assert_equal(fps_op(xyz.cuda(), 200, lengths.cuda())[0], fps_op(xyz, 200, lengths)[0])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid"])
+def test_cuda_sanitizer_every_path(cuda, gen, variant):
+    xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
+    assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
+                 fps_variant(xyz, 200, lengths, start, variant="simple")[0])
 
 
 def test_float8_coordinates_are_rejected_naming_the_op():
