@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..fps import furthest_point_sample as _fps
+
 __pcops_compat__ = True
 
 __all__ = ["KNN", "ball_query", "knn_gather", "knn_points", "masked_gather",
@@ -95,10 +97,8 @@ def sample_farthest_points(
         # PyTorch3D returns empty outputs for K = 0
         return points.new_zeros((N, 0, D)), torch.empty((N, 0), dtype=torch.long,
                                                          device=points.device)
-    idx, _ = torch.ops.pcops.furthest_point_sample.default(
-        _to_3d(points.detach(), "sample_farthest_points", "points"), max_K, lengths, None,
-        random_start_point,
-    )
+    idx = _fps(_to_3d(points.detach(), "sample_farthest_points", "points"), max_K, lengths,
+               random_start=bool(random_start_point))
     if per_cloud is not None:
         cols = torch.arange(max_K, device=points.device)
         idx = idx.masked_fill(cols >= per_cloud.unsqueeze(1), -1)

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..fps import furthest_point_sample as _fps
+
 __pcops_compat__ = True
 
 __all__ = ["fps", "knn", "knn_graph", "radius", "radius_graph"]
@@ -121,9 +123,7 @@ def fps(
         k = _samples(n, r, x.dtype)
         if k == 0:
             return torch.empty(0, dtype=torch.long, device=x.device)
-        idx, _ = torch.ops.pcops.furthest_point_sample.default(
-            x.detach().unsqueeze(0), k, None, None, random_start
-        )
+        idx = _fps(x.detach().unsqueeze(0), k, None, random_start=bool(random_start))
         return idx[0]
     B = _batch_size(batch_size, batch)
     padded, counts, ptr_vec, _ = _pack(x.detach(), batch, B)
@@ -132,7 +132,7 @@ def fps(
     K = int(per_cloud.max()) if B > 0 else 0
     if K == 0:
         return torch.empty(0, dtype=torch.long, device=x.device)
-    idx, _ = torch.ops.pcops.furthest_point_sample.default(padded, K, counts, None, random_start)
+    idx = _fps(padded, K, counts, random_start=bool(random_start))
     keep = torch.arange(K, device=x.device) < per_cloud.unsqueeze(1)
     return (idx + ptr_vec[:-1].unsqueeze(1))[keep]
 
