@@ -10,11 +10,13 @@ typed, documented wrappers:
     group_backward          that backward as an op of its own (sum of gathered gradients)
     circle_nms              greedy centre-distance NMS for 3-D detection
     circle_nms_mask         the same without host synchronisation (CUDA-graph capturable)
+    set_debug_checks        also check index values (idx, lengths, start) on CUDA (host syncs)
 """
 from ._loader import load_library as _load_library
 
 _build_info = _load_library()
 
+from ._debug import set_debug_checks  # noqa: E402
 from .ball_query import ball_query  # noqa: E402
 from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
@@ -34,4 +36,5 @@ __all__ = [
     "group",
     "group_backward",
     "knn",
+    "set_debug_checks",
 ]
