@@ -18,6 +18,13 @@ def set_debug_checks(enabled: bool) -> bool:
     ``ValueError`` as the CPU (except while a CUDA graph is being captured). The setting is
     process-wide.
 
+    Args:
+        enabled: ``True`` to check index values on CUDA too (one host synchronisation per
+            checked tensor), ``False`` for the default.
+
+    Returns:
+        The previous setting, so that a caller can restore it.
+
     Example:
         >>> previous = pcops.set_debug_checks(True)   # while hunting a bad index
         >>> ...

@@ -52,30 +52,19 @@ PENDING = pytest.mark.xfail(strict=True, raises=(RuntimeError, AssertionError),
 
 
 @PENDING
-def test_knn_k_too_large(gen):
-    q = torch.rand(2, 5, 3)
-    for _ in range(3):
-        k = huge(gen)
-        with pytest.raises(ValueError, match=rf"pcops\.knn: argument 'k' asks for an output of shape \[2, 5, {k}\]"):
-            pcops.knn(q, q, k)
-
-
-@PENDING
-def test_ball_query_nsample_too_large(gen):
-    q = torch.rand(2, 5, 3)
-    for _ in range(3):
-        s = huge(gen)
-        with pytest.raises(ValueError, match=rf"pcops\.ball_query: argument 'nsample' asks for an output of shape \[2, 5, {s}\]"):
-            pcops.ball_query(q, q, 0.1, s)
-
-
-@PENDING
-def test_fps_npoint_too_large(gen):
+@pytest.mark.parametrize("op,arg", [("knn", "k"), ("ball_query", "nsample"), ("furthest_point_sample", "npoint")])
+def test_search_output_too_large(gen, op, arg):
     x = torch.rand(2, 5, 3)
+    calls = {
+        "knn": lambda n: pcops.knn(x, x, n),
+        "ball_query": lambda n: pcops.ball_query(x, x, 0.1, n),
+        "furthest_point_sample": lambda n: pcops.furthest_point_sample(x, n),
+    }
     for _ in range(3):
-        npoint = huge(gen)
-        with pytest.raises(ValueError, match=rf"pcops\.furthest_point_sample: argument 'npoint' asks for an output of shape \[2, {npoint}\]"):
-            pcops.furthest_point_sample(x, npoint)
+        n = huge(gen)
+        shape = rf"\[2, {n}\]" if op == "furthest_point_sample" else rf"\[2, 5, {n}\]"
+        with pytest.raises(ValueError, match=rf"pcops\.{op}: argument '{arg}' asks for an output of shape {shape}"):
+            calls[op](n)
 
 
 # More than 2**31 - 1 points in one cloud: an expanded [1, 2**31 + d, 3] tensor costs no
