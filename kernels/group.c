@@ -143,45 +143,28 @@ static uint16_t group_float_to_bf16(float f) {
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+/* One instantiation per dtype: SRC (grad_out's element), T (the sum), LOAD (SRC -> T, exact),
+ * FN (the name suffix); group_cpu.inc #undefs them. */
 #define SRC float
 #define T float
 #define LOAD(x) (x)
 #define FN(name) name##_f32
 #include "group_cpu.inc"
-#undef SRC
-#undef T
-#undef LOAD
-#undef FN
-
 #define SRC double
 #define T double
 #define LOAD(x) (x)
 #define FN(name) name##_f64
 #include "group_cpu.inc"
-#undef SRC
-#undef T
-#undef LOAD
-#undef FN
-
 #define SRC uint16_t
 #define T float
 #define LOAD(x) group_f16_to_float(x)
 #define FN(name) name##_f16
 #include "group_cpu.inc"
-#undef SRC
-#undef T
-#undef LOAD
-#undef FN
-
 #define SRC uint16_t
 #define T float
 #define LOAD(x) group_bf16_to_float(x)
 #define FN(name) name##_bf16
 #include "group_cpu.inc"
-#undef SRC
-#undef T
-#undef LOAD
-#undef FN
 
 pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
                              int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out) {
