@@ -7,6 +7,8 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include "utils.h"
+
 extern "C" {
 // `import pcops._C` only has to load this library: its static initialisers register the ops.
 // No pybind, so the module builds against the limited Python API (one wheel for Python >= 3.9).
@@ -79,4 +81,9 @@ TORCH_LIBRARY(pcops, m) {
     m.def(
         "_circle_nms_variant(Tensor centers, Tensor scores, float radius, Tensor? groups, "
         "int variant) -> (Tensor keep_mask, Tensor keep_idx, Tensor num_kept)");
+
+    // Debug mode of the value checks of index inputs on CUDA (bindings/utils.h): enabled, the
+    // bindings check idx / lengths / start values on CUDA too, at one host sync per check.
+    // Returns the previous setting. pcops.set_debug_checks wraps it.
+    m.def("_set_debug_checks(bool enabled) -> bool", &pcops::set_debug_checks);
 }

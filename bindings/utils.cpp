@@ -1,7 +1,11 @@
 // utils.cpp -- input checks shared by every binding (see utils.h).
 #include "utils.h"
 
+#include <atomic>
+#include <cmath>
 #include <sstream>
+
+#include <unistd.h>
 
 #ifdef PCOPS_WITH_CUDA
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -76,14 +80,21 @@ void check_radius(const char* op, const char* name, double radius) {
                       "' must be finite and > 0, got ", radius);
 }
 
+static std::atomic<bool> g_debug_checks{false};
+
+bool debug_checks() { return g_debug_checks.load(); }
+
+bool set_debug_checks(bool enabled) { return g_debug_checks.exchange(enabled); }
+
 bool check_values_now(const at::Tensor& t) {
+    if (!t.is_cuda()) return true;
+    if (!debug_checks()) return false;
 #ifdef PCOPS_WITH_CUDA
-    if (t.is_cuda()) {
-        c10::cuda::CUDAGuard guard(t.device());
-        return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
-    }
+    c10::cuda::CUDAGuard guard(t.device());
+    return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
+#else
+    return false;
 #endif
-    return true;
 }
 
 std::pair<int64_t, int64_t> value_range(const at::Tensor& t) {
@@ -91,6 +102,79 @@ std::pair<int64_t, int64_t> value_range(const at::Tensor& t) {
     at::Tensor both = at::stack({std::get<0>(mm), std::get<1>(mm)}).to(at::kLong).cpu();
     const int64_t* p = both.data_ptr<int64_t>();
     return {p[0], p[1]};
+}
+
+void check_index_values(const char* op, const char* name, const at::Tensor& t, int64_t lo,
+                        int64_t hi, const char* range) {
+    if (t.numel() == 0 || !check_values_now(t)) return;
+    auto [min, max] = value_range(t);
+    TORCH_CHECK_VALUE(min >= lo && max < hi, "pcops.", op, ": argument '", name,
+                      "' must hold values in ", range, " = [", lo, ", ", hi, "), got values in [",
+                      min, ", ", max, "]");
+}
+
+void check_points_per_cloud(const char* op, const char* name, int64_t count,
+                            const char* letter) {
+    TORCH_CHECK_VALUE(count <= INT32_MAX, "pcops.", op, ": argument '", name, "' has ", letter,
+                      " = ", count, " points per cloud; at most 2**31 - 1 = ", INT32_MAX,
+                      " are supported");
+}
+
+// Bytes of memory of `t`'s device: the GPU's global memory, or the host's physical memory.
+static double device_memory_bytes(const at::Tensor& t) {
+#ifdef PCOPS_WITH_CUDA
+    if (t.is_cuda()) return (double)at::cuda::getDeviceProperties(t.device().index())->totalGlobalMem;
+#endif
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
+}
+
+static std::string bytes_string(double bytes) {
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 6) {
+        bytes /= 1024;
+        ++u;
+    }
+    std::ostringstream s;
+    s.precision(3);
+    s << bytes << " " << units[u];
+    return s.str();
+}
+
+void check_output_elements(const char* op, const char* name, at::IntArrayRef shape,
+                           size_t elem_bytes, const at::Tensor& like) {
+    double elements = 1;  // in double: no overflow, and exact enough for a size check
+    for (int64_t s : shape) elements *= (double)s;
+    const double bytes = elements * (double)elem_bytes;
+    const double memory = device_memory_bytes(like);
+    TORCH_CHECK_VALUE(bytes <= memory, "pcops.", op, ": argument '", name,
+                      "' asks for an output of shape ", shape_string(shape), " (", elements,
+                      " elements, ", bytes_string(bytes), "), more than the memory of ",
+                      like.device(), " (", bytes_string(memory), ")");
+}
+
+QueryRef check_query_ref(const char* op, const at::Tensor& query, const at::Tensor& ref,
+                         const std::optional<at::Tensor>& query_lengths,
+                         const std::optional<at::Tensor>& ref_lengths) {
+    check_float_tensor(op, "query", query, 3, 3, "[B, M, 3]");
+    check_float_tensor(op, "ref", ref, 3, 3, "[B, N, 3]");
+    check_same_device(op, "ref", ref, "query", query);
+    TORCH_CHECK_TYPE(ref.scalar_type() == query.scalar_type(), "pcops.", op,
+                     ": argument 'ref' must have the dtype of 'query' (",
+                     c10::toString(query.scalar_type()), "), got ", describe(ref));
+    check_size(op, "ref", ref, 0, query.size(0), "the batch size B of 'query'");
+    QueryRef q;
+    q.B = query.size(0);
+    q.M = query.size(1);
+    q.N = ref.size(1);
+    check_points_per_cloud(op, "query", q.M, "M");
+    check_points_per_cloud(op, "ref", q.N, "N");
+    q.query_lengths = check_lengths(op, "query_lengths", query_lengths, q.B, q.M, query, "M");
+    q.ref_lengths = check_lengths(op, "ref_lengths", ref_lengths, q.B, q.N, query);
+    q.query = to_compute_dtype(query);
+    q.ref = to_compute_dtype(ref);
+    return q;
 }
 
 std::optional<at::Tensor> check_lengths(const char* op, const char* name,

@@ -58,13 +58,62 @@ std::optional<at::Tensor> check_lengths(const char* op, const char* name,
                                         int64_t N, const at::Tensor& like,
                                         const char* bound_name = "N");
 
-// Whether value ranges of index tensors on `t`'s device can be checked now. Always on the
-// CPU; on CUDA a check costs one host synchronisation, so it is skipped while the current
-// stream is capturing a CUDA graph (the kernels stay in bounds whatever the values).
+// ---- Value checks: exact on the CPU, opt-in on CUDA ------------------------------------
+// Bindings check shapes, dtypes, devices and sizes, which costs no device read. The VALUES of
+// index inputs (idx, lengths, start) are checked where that is free: always on the CPU. On
+// CUDA a value check is a device-to-host copy, i.e. a host synchronisation per call, so it
+// runs only in debug mode (pcops.set_debug_checks(True), below) and never while the current
+// stream captures a CUDA graph. Without it the kernels still never access memory out of
+// bounds: lengths are clamped to [0, N], start is taken modulo the length, gather indices
+// outside [0, N) read as -1 (kernels/pcops.h).
+
+// Debug mode for CUDA value checks (process-wide; off by default).
+bool debug_checks();
+bool set_debug_checks(bool enabled);  // returns the previous setting
+
+// Whether the values of index tensors on `t`'s device are checked now: always on the CPU; on
+// CUDA in debug mode, outside graph capture.
 bool check_values_now(const at::Tensor& t);
 
-// [min, max] of an integer tensor with one device-to-host copy; numel() must be > 0.
+// [min, max] of an integer tensor with one device-to-host copy; numel() must be > 0. Only
+// under check_values_now().
 std::pair<int64_t, int64_t> value_range(const at::Tensor& t);
+
+// Values of the int64 tensor `t` lie in [lo, hi) (`range` spells the range in words, e.g.
+// "[-1, N)"), when check_values_now(t).
+void check_index_values(const char* op, const char* name, const at::Tensor& t, int64_t lo,
+                        int64_t hi, const char* range);
+
+// ---- Sizes ---------------------------------------------------------------------------------
+// A cloud holds at most 2**31 - 1 points (`count` of `name`'s dimension named `letter`, e.g.
+// N): indices inside a cloud are 32-bit on CUDA, and the CPU keeps the same limit so that
+// both accept the same inputs.
+void check_points_per_cloud(const char* op, const char* name, int64_t count,
+                            const char* letter);
+
+// The outputs of `shape` (elements of `elem_bytes` bytes: the sum over the outputs of that
+// shape) fit in the memory of `like`'s device; otherwise a ValueError naming the op and the
+// argument `name` that sized them (k, nsample, npoint), instead of an allocator message.
+// Overflow-safe. Call it before allocating, e.g. for knn's dist2 and idx [B, M, k]:
+//   check_output_elements(kOp, "k", {q.B, q.M, k}, q.query.element_size() + 8, query);
+void check_output_elements(const char* op, const char* name, at::IntArrayRef shape,
+                           size_t elem_bytes, const at::Tensor& like);
+
+// ---- The query/ref pair of knn, ball_query (and three_nn) ----------------------------------
+// query [B, M, 3] and ref [B, N, 3]: floating point, same dtype, same device, same B; M and N
+// at most 2**31 - 1; optional query_lengths (values in [0, M]) and ref_lengths ([0, N]).
+// Returns them contiguous in the compute dtype (float32 for half types). Usage:
+//   QueryRef q = check_query_ref(kOp, query, ref, query_lengths, ref_lengths);
+//   check_output_elements(kOp, "k", {q.B, q.M, k}, q.query.element_size() + 8, query);
+//   ... kernel(q.query.data_ptr(), q.ref.data_ptr(), ptr_or_null(q.query_lengths), ...)
+struct QueryRef {
+    at::Tensor query, ref;
+    std::optional<at::Tensor> query_lengths, ref_lengths;
+    int64_t B, M, N;
+};
+QueryRef check_query_ref(const char* op, const at::Tensor& query, const at::Tensor& ref,
+                         const std::optional<at::Tensor>& query_lengths,
+                         const std::optional<at::Tensor>& ref_lengths);
 
 // Contiguous copy (or view) in the dtype the kernels compute in: float32 for float16/bfloat16,
 // the dtype itself for float32/float64.

@@ -4,11 +4,12 @@
  * B = batch, N = points per cloud, C = channels, M = groups (queries), S = neighbours per
  * group. Forward: features[B,N,C], idx[B,M,S] -> out[B,M,S,C], out[b,m,s,:] =
  * features[b, idx[b,m,s], :], zeros where idx is -1 (or anything outside [0, N)).
- * Backward: grad_out[B,M,S,C], idx[B,M,S] -> grad_features[B,N,C], the sum of the rows
- * grad_out[b,m,s,:] with idx[b,m,s] == n, added in ascending (m,s) order starting from 0, in
- * float32 for float32/float16/bfloat16 and float64 for float64. Half-type rows are converted
- * to float32 as they are added, and the float32 sums are returned (the caller rounds them
- * once to the half type), so no float32 copy of grad_out is ever made.
+ * Backward: grad_out[B,M,S,C], idx[B,M,S] -> grad_features[B,N,C] in grad_out's dtype, the
+ * sum of the rows grad_out[b,m,s,:] with idx[b,m,s] == n, added in ascending (m,s) order
+ * starting from 0, in float32 for float32/float16/bfloat16 and float64 for float64. Half-type
+ * rows are converted to float32 as they are added, into float32 sums in the caller's workspace
+ * (no float32 copy of grad_out is made), which are then rounded once to the half type, to
+ * nearest even -- what the CUDA kernel does, so both return the same bits.
  *
  * Forward work sharing: OpenMP over the B*M rows of S slots; each slot is one copy of C
  * elements (the forward only moves bytes, so one routine serves every dtype by element size).
@@ -115,45 +116,55 @@ static inline float group_f16_to_float(uint16_t h) {
     return f;
 }
 
+/* float32 -> float16 / bfloat16, rounded to nearest even (as __float2half_rn and
+ * __float2bfloat16_rn on the device); NaN stays a quiet NaN, overflow goes to inf. */
+static uint16_t group_float_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u | (uint16_t)((a >> 13) & 0x3ffu); /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u;            /* >= 65520 (or inf): inf */
+    if (a >= 0x38800000u)                                   /* normal: drop 13 bits, even */
+        return sign | (uint16_t)((a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13);
+    /* subnormal or zero: |f| * 2**24 rounded to an integer (exact scaling; the add and
+     * subtract of 2**23 round to nearest even in the default rounding mode) */
+    float m;
+    memcpy(&m, &a, sizeof m);
+    const float scaled = m * 16777216.0f;
+    const float rounded = (scaled + 8388608.0f) - 8388608.0f;
+    return sign | (uint16_t)rounded;
+}
+
+static uint16_t group_float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u; /* NaN: torch's canonical one */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* One instantiation per dtype: SRC (grad_out's element), T (the sum), LOAD (SRC -> T, exact),
+ * FN (the name suffix); group_cpu.inc #undefs them. */
 #define SRC float
 #define T float
 #define LOAD(x) (x)
 #define FN(name) name##_f32
 #include "group_cpu.inc"
-#undef SRC
-#undef T
-#undef LOAD
-#undef FN
-
 #define SRC double
 #define T double
 #define LOAD(x) (x)
 #define FN(name) name##_f64
 #include "group_cpu.inc"
-#undef SRC
-#undef T
-#undef LOAD
-#undef FN
-
 #define SRC uint16_t
 #define T float
 #define LOAD(x) group_f16_to_float(x)
 #define FN(name) name##_f16
 #include "group_cpu.inc"
-#undef SRC
-#undef T
-#undef LOAD
-#undef FN
-
 #define SRC uint16_t
 #define T float
 #define LOAD(x) group_bf16_to_float(x)
 #define FN(name) name##_bf16
 #include "group_cpu.inc"
-#undef SRC
-#undef T
-#undef LOAD
-#undef FN
 
 pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
                              int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out) {
@@ -166,13 +177,32 @@ pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int6
     return PCOPS_SUCCESS;
 }
 
+size_t pcops_group_backward_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N,
+                                              int64_t C) {
+    if (dtype != PCOPS_FLOAT16 && dtype != PCOPS_BFLOAT16) return 0;
+    pcops_carver w = pcops_carver_init(NULL);
+    pcops_carve(&w, B > 0 && N > 0 && C > 0 ? B * N * C : 0, sizeof(float));
+    return pcops_carver_bytes(&w);
+}
+
+/* The float32 sums of a half-type backward, rounded once into grad_features. */
+static void group_round_sums(const float* sums, int64_t count, int bf16, uint16_t* out) {
+    const int parallel = (double)count >= GROUP_PARALLEL_MIN_ELEMENTS;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < count; ++i)
+        out[i] = bf16 ? group_float_to_bf16(sums[i]) : group_float_to_f16(sums[i]);
+}
+
 pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
                                       const int64_t* idx, int64_t B, int64_t N, int64_t C,
-                                      int64_t M, int64_t S, void* grad_features) {
+                                      int64_t M, int64_t S, void* workspace,
+                                      void* grad_features) {
     if (B < 0 || N < 0 || C < 0 || M < 0 || S < 0) return PCOPS_ERROR_INVALID_VALUE;
     if (pcops_dtype_size(dtype) == 0) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
     if (B == 0 || N == 0 || C == 0) return PCOPS_SUCCESS;
     if (!grad_features || (M > 0 && S > 0 && (!grad_out || !idx))) return PCOPS_ERROR_INVALID_VALUE;
+    const int half = dtype == PCOPS_FLOAT16 || dtype == PCOPS_BFLOAT16;
+    if (half && !workspace) return PCOPS_ERROR_INVALID_VALUE;
     switch (dtype) {
         case PCOPS_FLOAT32:
             group_backward_f32((const float*)grad_out, idx, B, N, C, M, S, (float*)grad_features);
@@ -182,13 +212,14 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
                                (double*)grad_features);
             break;
         case PCOPS_FLOAT16:
-            group_backward_f16((const uint16_t*)grad_out, idx, B, N, C, M, S,
-                               (float*)grad_features);
+            group_backward_f16((const uint16_t*)grad_out, idx, B, N, C, M, S, (float*)workspace);
             break;
         case PCOPS_BFLOAT16:
-            group_backward_bf16((const uint16_t*)grad_out, idx, B, N, C, M, S,
-                                (float*)grad_features);
+            group_backward_bf16((const uint16_t*)grad_out, idx, B, N, C, M, S, (float*)workspace);
             break;
     }
+    if (half)
+        group_round_sums((const float*)workspace, B * N * C, dtype == PCOPS_BFLOAT16,
+                         (uint16_t*)grad_features);
     return PCOPS_SUCCESS;
 }

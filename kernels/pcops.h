@@ -12,8 +12,8 @@
  *   - Coordinates are float32 or float64 (`pcops_dtype`); float16/bfloat16 inputs
  *     are converted to float32 by the caller ("half types compute in float32").
  *   - Squared distances are dx*dx + dy*dy + dz*dz, evaluated left to right, with no
- *     FMA contraction (-ffp-contract=off for C, -fmad=false for CUDA), so the CPU
- *     and the CUDA code choose bitwise the same indices.
+ *     FMA contraction (kernels/geometry.h: explicitly rounded operations, whatever the
+ *     compiler flags), so the CPU and the CUDA code choose bitwise the same indices.
  *   - Index outputs are int64; -1 marks an empty slot. Ties go to the lower index.
  *   - Optional inputs (lengths, start, groups) may be NULL.
  *   - Value ranges of index inputs (lengths in [0, N], start in [0, lengths[b]),
@@ -150,19 +150,23 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
  *           grad_features[b,n,:] = sum of grad_out[b,m,s,:] over the (m,s) with idx[b,m,s]==n,
  *           added in ascending (m,s) order starting from 0 -- a fixed order, so the result is
  *           the same bits on every run and on CPU and CUDA. No floating-point atomics.
- *           All four dtypes; half types accumulate in float32. grad_features has the
- *           dtype of grad_out, except on the CPU for half types, where it is float32 (the
- *           sums before rounding; the caller rounds them once, as the CUDA kernel does).
- *           Indices outside [0, N) add nothing. The CUDA backward needs the scratch of
- *           pcops_group_backward_cuda_workspace_bytes(B, N, M, S): sort keys and positions of
- *           the B*M*S slots, B*N+1 segment offsets and cub's radix-sort temp storage.
+ *           All four dtypes; half types accumulate in float32 and are rounded once at the
+ *           end, to nearest even. grad_features has the dtype of grad_out, on the CPU and on
+ *           CUDA. Indices outside [0, N) add nothing. Scratch: on the CPU, for half types
+ *           only, pcops_group_backward_cpu_workspace_bytes(dtype, B, N, C) bytes (the float32
+ *           sums; 0, and NULL is fine, for float32/float64); on CUDA,
+ *           pcops_group_backward_cuda_workspace_bytes(B, N, M, S) bytes (sort keys and
+ *           positions of the B*M*S slots, B*N+1 segment offsets, cub's radix-sort storage).
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
                              int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out);
 
+size_t pcops_group_backward_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N,
+                                              int64_t C);
 pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
                                       const int64_t* idx, int64_t B, int64_t N, int64_t C,
-                                      int64_t M, int64_t S, void* grad_features);
+                                      int64_t M, int64_t S, void* workspace,
+                                      void* grad_features);
 
 /* ------------------------------------------------------------------------------------------
  * Circle NMS (kernels/circle_nms.c, kernels/circle_nms.cu)

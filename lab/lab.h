@@ -30,7 +30,7 @@
 /* ---- checks ------------------------------------------------------------------------------ */
 static int lab_failures = 0;
 
-static void lab_check(int ok, const char* fmt, ...) {
+static inline void lab_check(int ok, const char* fmt, ...) {
     if (ok) return;
     ++lab_failures;
     va_list args;
@@ -42,7 +42,7 @@ static void lab_check(int ok, const char* fmt, ...) {
 }
 
 /* Bitwise equality of two arrays; reports the first differing element. */
-static void lab_check_equal(const void* got, const void* want, size_t count, size_t elem_bytes,
+static inline void lab_check_equal(const void* got, const void* want, size_t count, size_t elem_bytes,
                             const char* what) {
     const char* g = (const char*)got;
     const char* w = (const char*)want;
@@ -55,21 +55,21 @@ static void lab_check_equal(const void* got, const void* want, size_t count, siz
 }
 
 /* Aborts the program on a failed C API call (a program, not a library: exiting is right). */
-static void lab_require(int ok, const char* what) {
+static inline void lab_require(int ok, const char* what) {
     if (!ok) {
         fprintf(stderr, "FATAL: %s\n", what);
         exit(2);
     }
 }
 
-static void lab_require_status(pcops_status s, const char* what) {
+static inline void lab_require_status(pcops_status s, const char* what) {
     if (s != PCOPS_SUCCESS) {
         fprintf(stderr, "FATAL: %s: %s\n", what, pcops_status_string(s));
         exit(2);
     }
 }
 
-static int lab_finish(const char* name) {
+static inline int lab_finish(const char* name) {
     printf("%s: %s\n", name, lab_failures ? "FAILED" : "ok");
     return lab_failures ? 1 : 0;
 }
@@ -79,14 +79,14 @@ static int lab_finish(const char* name) {
  * (`lab_<op> <seed>`). */
 static uint64_t lab_state = 0x9e3779b97f4a7c15ull;
 
-static uint64_t lab_seed(int argc, char** argv) {
+static inline uint64_t lab_seed(int argc, char** argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     lab_state = seed * 0x9e3779b97f4a7c15ull + 1;
     printf("seed %llu\n", (unsigned long long)seed);
     return seed;
 }
 
-static uint64_t lab_next(void) {
+static inline uint64_t lab_next(void) {
     lab_state ^= lab_state >> 12;
     lab_state ^= lab_state << 25;
     lab_state ^= lab_state >> 27;
@@ -94,18 +94,18 @@ static uint64_t lab_next(void) {
 }
 
 /* Uniform in [lo, hi), on a grid of 2**-10 so that equal distances (ties) happen. */
-static float lab_uniform(float lo, float hi) {
+static inline float lab_uniform(float lo, float hi) {
     const double u = (double)(lab_next() >> 40) / (double)(1ull << 24);
     return (float)(floor((lo + (hi - lo) * u) * 1024.0) / 1024.0);
 }
 
-static void* lab_malloc(size_t bytes) {
+static inline void* lab_malloc(size_t bytes) {
     void* p = malloc(bytes ? bytes : 1);
     lab_require(p != NULL, "out of host memory");
     return p;
 }
 
-static double lab_seconds(void) {
+static inline double lab_seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
@@ -115,7 +115,7 @@ static double lab_seconds(void) {
 #ifdef PCOPS_WITH_CUDA
 #define LAB_CUDA(call) lab_require_cuda((call), #call)
 
-static void lab_require_cuda(cudaError_t err, const char* what) {
+static inline void lab_require_cuda(cudaError_t err, const char* what) {
     if (err != cudaSuccess) {
         fprintf(stderr, "FATAL: %s: %s\n", what, cudaGetErrorString(err));
         exit(2);
@@ -123,7 +123,7 @@ static void lab_require_cuda(cudaError_t err, const char* what) {
 }
 
 /* Whether a GPU can be used now (a CUDA build may run where there is none, e.g. in CI). */
-static int lab_gpu(void) {
+static inline int lab_gpu(void) {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
@@ -135,14 +135,14 @@ static int lab_gpu(void) {
     return 1;
 }
 
-static void* lab_to_device(const void* host, size_t bytes) {
+static inline void* lab_to_device(const void* host, size_t bytes) {
     void* d = NULL;
     LAB_CUDA(cudaMalloc(&d, bytes ? bytes : 1));
     if (host && bytes) LAB_CUDA(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
     return d;
 }
 
-static void* lab_to_host(const void* device, size_t bytes) {
+static inline void* lab_to_host(const void* device, size_t bytes) {
     void* h = lab_malloc(bytes);
     if (bytes) LAB_CUDA(cudaMemcpy(h, device, bytes, cudaMemcpyDeviceToHost));
     return h;
@@ -153,7 +153,7 @@ typedef cudaError_t (*lab_launch_fn)(void* ctx, cudaStream_t stream);
 
 /* Captures one launch into a CUDA graph on a fresh stream, replays it and waits: the outputs
  * must then be what an eager launch writes (checked by the caller). */
-static void lab_graph_replay(lab_launch_fn launch, void* ctx) {
+static inline void lab_graph_replay(lab_launch_fn launch, void* ctx) {
     cudaStream_t stream;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -170,7 +170,7 @@ static void lab_graph_replay(lab_launch_fn launch, void* ctx) {
     LAB_CUDA(cudaStreamDestroy(stream));
 }
 
-static int lab_compare_doubles(const void* a, const void* b) {
+static inline int lab_compare_doubles(const void* a, const void* b) {
     const double x = *(const double*)a, y = *(const double*)b;
     return (x > y) - (x < y);
 }
@@ -178,7 +178,7 @@ static int lab_compare_doubles(const void* a, const void* b) {
 /* Median milliseconds of `reps` launches, each after writing a buffer of twice the L2 size (so
  * every launch starts from a cold L2, as in a real network step), timed with events around the
  * launch only; one warm-up launch first. */
-static double lab_time_cold_l2(lab_launch_fn launch, void* ctx, int reps) {
+static inline double lab_time_cold_l2(lab_launch_fn launch, void* ctx, int reps) {
     int device = 0, l2 = 0;
     LAB_CUDA(cudaGetDevice(&device));
     LAB_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     float* grad_want = (float*)lab_malloc(n_feat * sizeof(float));
     t = lab_seconds();
     lab_require_status(
-        pcops_group_backward_cpu(PCOPS_FLOAT32, grad_out, idx, B, N, C, M, S, grad),
+        pcops_group_backward_cpu(PCOPS_FLOAT32, grad_out, idx, B, N, C, M, S, NULL, grad),
         "pcops_group_backward_cpu");
     printf("cpu group_backward: %.3f ms\n", 1e3 * (lab_seconds() - t));
     naive_backward(grad_out, idx, grad_want);

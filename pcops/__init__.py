@@ -16,11 +16,13 @@ typed, documented wrappers:
     interpolate             weighted gather of neighbour features, deterministic backward
     three_interpolate       interpolate under the PointNet++ name
     compat                  drop-in APIs of pointnet2_ops, PyTorch3D and torch_cluster
+    set_debug_checks        also check index values (idx, lengths, start) on CUDA (host syncs)
 """
 from ._loader import load_library as _load_library
 
 _build_info = _load_library()
 
+from ._debug import set_debug_checks  # noqa: E402
 from .ball_query import ball_query  # noqa: E402
 from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
@@ -54,4 +56,5 @@ __all__ = [
     "interpolate",
     "three_interpolate",
     "three_nn",
+    "set_debug_checks",
 ]

@@ -18,9 +18,9 @@ def group(features: Tensor, idx: Tensor) -> Tensor:
     Args:
         features: ``[B, N, C]`` per-point features (channels last), float32/float64/float16/
             bfloat16, on the CPU or CUDA; need not be contiguous.
-        idx: int64 ``[B, M, S]`` indices in ``[-1, N)`` (checked; on CUDA the check costs one
-            host synchronisation and is skipped during CUDA graph capture, where any value
-            outside ``[0, N)`` reads as -1).
+        idx: int64 ``[B, M, S]`` indices in ``[-1, N)``. Checked on the CPU; on CUDA only
+            under :func:`pcops.set_debug_checks` (a check there is a host synchronisation), and
+            otherwise any value outside ``[0, N)`` reads as -1 (zeros).
 
     Returns:
         ``[B, M, S, C]`` in the dtype of ``features``.
@@ -45,7 +45,8 @@ def group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
 
     Args:
         grad_out: ``[B, M, S, C]``, float32/float64/float16/bfloat16.
-        idx: int64 ``[B, M, S]`` indices in ``[-1, num_points)``.
+        idx: int64 ``[B, M, S]`` indices in ``[-1, num_points)``, checked as in :func:`group`;
+            unchecked values outside ``[0, num_points)`` add nothing.
         num_points: ``N >= 0``, the number of points of the features that were grouped.
 
     Returns:

@@ -73,3 +73,12 @@ def cuda():
     if not HAS_CUDA:
         pytest.skip("needs a CUDA GPU and a CUDA build of pcops")
     return "cuda"
+
+
+@pytest.fixture
+def debug_checks():
+    """pcops.set_debug_checks(True) for one test: value checks of index inputs (idx, lengths,
+    start) on CUDA too, as on the CPU. Bad-input tests that expect a value error on CUDA take it."""
+    previous = pcops.set_debug_checks(True)
+    yield
+    pcops.set_debug_checks(previous)

@@ -312,7 +312,7 @@ def _group_bad_cases(device):
 
 
 @pytest.mark.parametrize("case", range(12))
-def test_group_bad_inputs_raise(device, case):
+def test_group_bad_inputs_raise(device, case, debug_checks):
     cases = _group_bad_cases(device)
     if case >= len(cases):
         pytest.skip("no float8 in this torch")
@@ -339,7 +339,7 @@ def _backward_bad_cases(device):
 
 
 @pytest.mark.parametrize("case", range(10))
-def test_group_backward_bad_inputs_raise(device, case):
+def test_group_backward_bad_inputs_raise(device, case, debug_checks):
     args, exc, pattern = _backward_bad_cases(device)[case]
     with pytest.raises(exc, match=r"pcops\.group_backward: .*" + pattern):
         backward_op(*args)
