@@ -2,7 +2,10 @@
  * lab_circle_nms.c -- circle NMS through the C API: CPU against a naive greedy loop (bitwise),
  * CUDA against the CPU, a CUDA graph replay, and the CUDA launcher timed with L2 flushed.
  *
- * N boxes with centres [N, D] (D = 3, only x and y used), scores, and groups (classes).
+ * N boxes with centres [N, D] (D = 3, only x and y used), scores, and groups (classes). The C
+ * API orders the boxes itself (descending score, ties to the lower index); the naive reference
+ * here sorts with qsort. On CUDA every path (variant 1 single block, 2 bitmask, 3 grid) is
+ * checked against the CPU.
  */
 #include "lab.h"
 
@@ -11,7 +14,7 @@ static const double kRadius2 = 0.25;
 
 static const float* g_scores; /* for the comparator */
 
-/* Descending score, ties to the lower index: the visiting order the C API expects. */
+/* Descending score, ties to the lower index: the visiting order of the contract. */
 static int by_score(const void* a, const void* b) {
     const int64_t i = *(const int64_t*)a, j = *(const int64_t*)b;
     if (g_scores[i] != g_scores[j]) return g_scores[i] > g_scores[j] ? -1 : 1;
@@ -42,8 +45,9 @@ static void naive_nms(const float* centers, const int64_t* order, const int64_t*
 
 #ifdef PCOPS_WITH_CUDA
 typedef struct {
-    const float* centers;
-    const int64_t *order, *groups;
+    const float *centers, *scores;
+    const int64_t* groups;
+    int variant;
     void* workspace;
     bool* keep_mask;
     int64_t *keep_idx, *num_kept;
@@ -51,8 +55,9 @@ typedef struct {
 
 static cudaError_t launch_nms(void* ctx, cudaStream_t stream) {
     const NmsArgs* a = (const NmsArgs*)ctx;
-    return pcops_circle_nms_cuda(PCOPS_FLOAT32, a->centers, D, a->order, a->groups, N, kRadius2,
-                                 a->workspace, a->keep_mask, a->keep_idx, a->num_kept, stream);
+    return pcops_circle_nms_cuda_variant(PCOPS_FLOAT32, a->centers, D, PCOPS_FLOAT32, a->scores,
+                                         a->groups, N, kRadius2, a->workspace, a->keep_mask,
+                                         a->keep_idx, a->num_kept, a->variant, stream);
 }
 #endif
 
@@ -77,8 +82,8 @@ int main(int argc, char** argv) {
     int64_t kept = -1, kept_want = -2;
     void* workspace = lab_malloc(pcops_circle_nms_workspace_bytes(PCOPS_FLOAT32, N));
     const double t = lab_seconds();
-    lab_require_status(pcops_circle_nms_cpu(PCOPS_FLOAT32, centers, D, order, groups, N,
-                                            kRadius2, workspace, mask, keep, &kept),
+    lab_require_status(pcops_circle_nms_cpu(PCOPS_FLOAT32, centers, D, PCOPS_FLOAT32, scores,
+                                            groups, N, kRadius2, workspace, mask, keep, &kept),
                        "pcops_circle_nms_cpu");
     printf("cpu circle_nms: %.3f ms, %lld of %d kept\n", 1e3 * (lab_seconds() - t),
            (long long)kept, N);
@@ -92,13 +97,20 @@ int main(int argc, char** argv) {
     if (lab_gpu()) {
         NmsArgs a;
         a.centers = (const float*)lab_to_device(centers, sizeof(float) * N * D);
-        a.order = (const int64_t*)lab_to_device(order, sizeof(int64_t) * N);
+        a.scores = (const float*)lab_to_device(scores, sizeof(float) * N);
         a.groups = (const int64_t*)lab_to_device(groups, sizeof(int64_t) * N);
-        a.workspace = lab_to_device(NULL, pcops_circle_nms_cuda_workspace_bytes(PCOPS_FLOAT32, N));
+        size_t ws = 0;
+        for (int v = 0; v <= 3; ++v) {
+            const size_t b = pcops_circle_nms_cuda_workspace_bytes(PCOPS_FLOAT32, PCOPS_FLOAT32, N, v);
+            ws = b > ws ? b : ws;
+        }
+        a.workspace = lab_to_device(NULL, ws > 0 ? ws : 1);
         a.keep_mask = (bool*)lab_to_device(NULL, N);
         a.keep_idx = (int64_t*)lab_to_device(NULL, sizeof(int64_t) * N);
         a.num_kept = (int64_t*)lab_to_device(NULL, sizeof(int64_t));
-        for (int graph = 0; graph < 2; ++graph) {
+        for (int run = 0; run < 8; ++run) {
+            const int graph = run & 1;
+            a.variant = run >> 1;
             LAB_CUDA(cudaMemset(a.keep_idx, 0x7f, sizeof(int64_t) * N));
             if (graph) lab_graph_replay(launch_nms, &a);
             else LAB_CUDA(launch_nms(&a, 0));
@@ -106,8 +118,8 @@ int main(int argc, char** argv) {
             bool* gm = (bool*)lab_to_host(a.keep_mask, N);
             int64_t* gk = (int64_t*)lab_to_host(a.keep_idx, sizeof(int64_t) * N);
             int64_t* gn = (int64_t*)lab_to_host(a.num_kept, sizeof(int64_t));
-            lab_check(*gn == kept, "cuda circle_nms%s keeps %lld, cpu %lld",
-                      graph ? " (graph)" : "", (long long)*gn, (long long)kept);
+            lab_check(*gn == kept, "cuda circle_nms variant %d%s keeps %lld, cpu %lld",
+                      a.variant, graph ? " (graph)" : "", (long long)*gn, (long long)kept);
             lab_check_equal(gm, mask, N, 1, graph ? "cuda keep_mask (graph)" : "cuda keep_mask");
             lab_check_equal(gk, keep, N, sizeof(int64_t),
                             graph ? "cuda keep_idx (graph)" : "cuda keep_idx");
@@ -115,10 +127,11 @@ int main(int argc, char** argv) {
             free(gk);
             free(gn);
         }
+        a.variant = 0;
         const double ms = lab_time_cold_l2(launch_nms, &a, 30);
         printf("cuda circle_nms (cold L2): %.4f ms, %.2f Mboxes/s\n", ms, N / ms * 1e-3);
         cudaFree((void*)a.centers);
-        cudaFree((void*)a.order);
+        cudaFree((void*)a.scores);
         cudaFree((void*)a.groups);
         cudaFree(a.workspace);
         cudaFree(a.keep_mask);

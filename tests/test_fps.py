@@ -234,7 +234,7 @@ def _bad_cases(device):
 
 
 @pytest.mark.parametrize("case", range(12))
-def test_bad_inputs_raise(device, case):
+def test_bad_inputs_raise(device, case, debug_checks):
     args, exc, pattern = _bad_cases(device)[case]
     with pytest.raises(exc, match=r"pcops\.furthest_point_sample: .*" + pattern):
         fps_op(*args)
