@@ -22,23 +22,12 @@ struct FpsCall {
     int64_t B, N, npoint;
 };
 
-// Outputs [B, npoint] of int64 and of the compute dtype, or a ValueError naming npoint when
-// they cannot be allocated (npoint = 2**40, say), instead of the allocator's message.
+// Outputs [B, npoint] of int64 and of the compute dtype; a ValueError naming npoint when they
+// cannot fit in the device's memory (npoint = 2**40, say), checked before allocating.
 void allocate_outputs(FpsCall& c, const at::Tensor& like) {
-    const int64_t elem = 8 + (int64_t)c.xyz.element_size();
-    const bool overflow = c.B > 0 && c.npoint > INT64_MAX / c.B / elem;
-    TORCH_CHECK_VALUE(!overflow, "pcops.", kOp, ": argument 'npoint' = ", c.npoint,
-                      " asks for outputs [B, npoint] = [", c.B, ", ", c.npoint,
-                      "] whose size overflows 64 bits");
-    try {
-        c.idx = at::empty({c.B, c.npoint}, like.options().dtype(at::kLong));
-        c.dist2 = at::empty({c.B, c.npoint}, c.xyz.options());
-    } catch (const c10::Error& e) {
-        TORCH_CHECK_VALUE(false, "pcops.", kOp, ": argument 'npoint' = ", c.npoint,
-                          " asks for outputs [B, npoint] = [", c.B, ", ", c.npoint, "] of ",
-                          (double)c.B * (double)c.npoint * (double)elem / (1 << 20),
-                          " MiB on ", like.device(), ", which cannot be allocated");
-    }
+    check_output_elements(kOp, "npoint", {c.B, c.npoint}, 8 + c.xyz.element_size(), like);
+    c.idx = at::empty({c.B, c.npoint}, like.options().dtype(at::kLong));
+    c.dist2 = at::empty({c.B, c.npoint}, c.xyz.options());
 }
 
 FpsCall prepare(const at::Tensor& xyz, int64_t npoint, const std::optional<at::Tensor>& lengths,
@@ -49,6 +38,7 @@ FpsCall prepare(const at::Tensor& xyz, int64_t npoint, const std::optional<at::T
     c.B = xyz.size(0);
     c.N = xyz.size(1);
     c.npoint = npoint;
+    check_points_per_cloud(kOp, "xyz", c.N, "N");  // before any contiguous copy
     c.lengths = check_lengths(kOp, "lengths", lengths, c.B, c.N, xyz);
     if (start.has_value() && start->defined()) {
         const at::Tensor& s = *start;
@@ -95,9 +85,6 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoin
                                             const std::optional<at::Tensor>& start,
                                             int64_t variant) {
     check_cuda_tensor(kOp, "xyz", xyz);
-    TORCH_CHECK_VALUE(xyz.dim() != 3 || xyz.size(1) <= INT_MAX, "pcops.", kOp,
-                      ": argument 'xyz' has N = ", xyz.dim() == 3 ? xyz.size(1) : 0,
-                      " points per cloud; on CUDA a cloud holds at most 2**31 - 1 points");
     TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_GRID &&
                           variant != PCOPS_FPS_TREE,
                       "pcops.", kOp, ": variant ", variant,

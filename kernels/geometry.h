@@ -411,6 +411,21 @@ static inline cudaError_t pcops_dispatch_float(pcops_dtype dtype, cudaStream_t s
     }
     return pcops_launch_tail(err, stream);
 }
+
+/* Blocks of `threads` for a grid-stride loop over `items`: one per `threads` items, at most 16
+ * per SM of the current device (132 SMs assumed when the device cannot be queried; the error
+ * is cleared so that the launch check after this does not see it). */
+static inline unsigned pcops_grid_stride_blocks(int64_t items, int threads) {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        sms = 132;
+    }
+    const int64_t blocks = (items + threads - 1) / threads;
+    const int64_t cap = (int64_t)sms * 16;
+    return (unsigned)(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
+}
 #endif
 
 #endif /* PCOPS_GEOMETRY_H */

@@ -85,18 +85,6 @@ struct BFloat16 {
     }
 };
 
-// Blocks for a grid-stride loop over `items`: enough to fill the GPU a few times over.
-unsigned grid_size(int64_t items) {
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-        (void)cudaGetLastError();  // clear it: the launch check after this must not see it
-        sms = 132;
-    }
-    const int64_t blocks = (items + kThreads - 1) / kThreads;
-    const int64_t cap = (int64_t)sms * 16;
-    return (unsigned)(blocks < cap ? blocks : cap);
-}
 
 bool is_aligned(const void* p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
 
@@ -188,7 +176,7 @@ template <typename VecT>
 cudaError_t launch_group(const void* features, const int64_t* idx, int64_t B, int64_t N,
                          int64_t M, int64_t S, int64_t V, void* out, cudaStream_t stream) {
     const int64_t total = B * M * S * V;
-    const unsigned grid = grid_size(total);
+    const unsigned grid = pcops_grid_stride_blocks(total, kThreads);
     // 32-bit loop indices when i + gridDim.x * kThreads cannot pass 2**32.
     if (total <= INT32_MAX)
         group_kernel<VecT, uint32_t><<<grid, kThreads, 0, stream>>>(
@@ -266,7 +254,7 @@ cudaError_t launch_backward_sum(const void* grad_out, const K* offsets, const K*
         vec /= 2;
     const int64_t CV = C / vec;
     const int64_t items = B * N * CV;
-    const unsigned grid = grid_size(items);
+    const unsigned grid = pcops_grid_stride_blocks(items, kThreads);
 #define PCOPS_GROUP_BACKWARD(VEC)                                                              \
     group_backward_kernel<D, VEC, K><<<grid, kThreads, 0, stream>>>(                          \
         (const Elem*)grad_out, offsets, positions, C, CV, items, (Elem*)grad_features)
@@ -294,7 +282,7 @@ cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const int64
     cub::DoubleBuffer<K> keys(keys0, keys1), positions(pos0, pos1);
     cudaError_t err;
     if (total > 0) {
-        group_keys_kernel<K><<<grid_size(total), kThreads, 0, stream>>>(
+        group_keys_kernel<K><<<pcops_grid_stride_blocks(total, kThreads), kThreads, 0, stream>>>(
             idx, N, (K)(M * S), (K)total, (K)(B * N), keys0, pos0);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
         size_t temp_bytes = L.temp_bytes;
@@ -302,7 +290,7 @@ cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const int64
                             stream);
         if (err != cudaSuccess) return err;
     }
-    group_offsets_kernel<K><<<grid_size(num_keys), kThreads, 0, stream>>>(
+    group_offsets_kernel<K><<<pcops_grid_stride_blocks(num_keys, kThreads), kThreads, 0, stream>>>(
         keys.Current(), (K)total, (K)num_keys, offsets);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const K* sorted_positions = positions.Current();

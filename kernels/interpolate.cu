@@ -43,18 +43,6 @@ __global__ void interpolate_kernel(const T* __restrict__ features, const int64_t
     }
 }
 
-unsigned interpolate_grid(int64_t items) {
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-        (void)cudaGetLastError();  // clear it: the launch check after this must not see it
-        sms = 132;
-    }
-    const int64_t blocks = (items + kThreads - 1) / kThreads;
-    const int64_t cap = (int64_t)sms * 16;
-    return (unsigned)(blocks < cap ? blocks : cap);
-}
-
 }  // namespace
 
 extern "C" cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* features,
@@ -64,7 +52,7 @@ extern "C" cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* fea
     if (B < 0 || N < 0 || C < 0 || M < 0 || K < 0) return cudaErrorInvalidValue;
     const int64_t total = B * M * C;
     if (total == 0) return cudaSuccess;
-    const unsigned grid = interpolate_grid(total);
+    const unsigned grid = pcops_grid_stride_blocks(total, kThreads);
     switch (dtype) {
         case PCOPS_FLOAT32:
             interpolate_kernel<float><<<grid, kThreads, 0, stream>>>(

@@ -273,15 +273,15 @@ def test_start_out_of_range_is_taken_modulo_length_by_the_op(device, gen):
 
 def test_npoint_whose_outputs_cannot_be_allocated_raises_naming_npoint(device):
     x = torch.rand(2, 10, 3, device=device)
-    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'npoint' = 1099511627776 asks for outputs"):
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'npoint' asks for an output of shape \[2, 1099511627776\]"):
         fps_op(x, 2**40)
-    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'npoint' = 4611686018427387904 .*overflows"):
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'npoint' asks for an output of shape \[2, 4611686018427387904\]"):
         fps_op(x, 2**62)
 
 
 def test_cuda_cloud_over_int32_points_raises_naming_the_op(cuda):
     xyz = torch.zeros(1, 1, 3, device="cuda").expand(1, 2**31, 3)  # a view: nothing allocated
-    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'xyz' has N = 2147483648 points per cloud; on CUDA"):
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'xyz' has N = 2147483648 points per cloud; at most 2\*\*31 - 1"):
         fps_op(xyz, 4)
 
 
