@@ -8,7 +8,7 @@
  *   out[b,m,c] = sum over k = 0..K-1 of weight[b,m,k] * features[b, idx[b,m,k], c]
  *
  * The sum starts from 0 and adds the K products in ascending k, each product rounded once and
- * then added (no FMA contraction: -ffp-contract=off), exactly as the CUDA kernel
+ * then added (no FMA contraction: geometry.h's rounded operations), exactly as the CUDA kernel
  * (interpolate.cu) does, so CPU and CUDA give the same bits. A slot whose index lies outside
  * [0, N) (-1: no neighbour) adds nothing, whatever its weight.
  *
@@ -21,7 +21,7 @@
 /* Below this many multiply-adds a call runs on one thread. */
 #define INTERPOLATE_PARALLEL_MIN 65536.0
 
-#define INTERPOLATE_ROWS(T)                                                                    \
+#define INTERPOLATE_ROWS(T, SUF)                                                                  \
     do {                                                                                       \
         const T* PCOPS_RESTRICT f = (const T*)features;                                        \
         const T* PCOPS_RESTRICT w = (const T*)weight;                                          \
@@ -40,8 +40,7 @@
                 const T wk = w[r * K + k];                                                     \
                 const T* PCOPS_RESTRICT src = fb + n * C;                                      \
                 for (int64_t c = 0; c < C; ++c) {                                              \
-                    const T p = wk * src[c];                                                   \
-                    dst[c] = dst[c] + p;                                                       \
+                    dst[c] = pcops_add_##SUF(dst[c], pcops_mul_##SUF(wk, src[c]));             \
                 }                                                                              \
             }                                                                                  \
         }                                                                                      \
@@ -55,8 +54,8 @@ pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, cons
     if (!out || (K > 0 && (!idx || !weight)) || (N > 0 && !features))
         return PCOPS_ERROR_INVALID_VALUE;
     switch (dtype) {
-        case PCOPS_FLOAT32: INTERPOLATE_ROWS(float); break;
-        case PCOPS_FLOAT64: INTERPOLATE_ROWS(double); break;
+        case PCOPS_FLOAT32: INTERPOLATE_ROWS(float, f32); break;
+        case PCOPS_FLOAT64: INTERPOLATE_ROWS(double, f64); break;
         default: return PCOPS_ERROR_UNSUPPORTED_DTYPE;
     }
     return PCOPS_SUCCESS;

@@ -6,8 +6,9 @@
  *
  *   out[b,m,c] = sum over k = 0..K-1 of weight[b,m,k] * features[b, idx[b,m,k], c]
  *
- * the products rounded once and added in ascending k from 0 (built with -fmad=false, so no
- * FMA contraction), which gives the CPU's bits. Slots with an index outside [0, N) add nothing.
+ * the products rounded once and added in ascending k from 0 with geometry.h's rounded
+ * operations (no FMA contraction, whatever the compiler flags), which gives the CPU's bits.
+ * Slots with an index outside [0, N) add nothing.
  *
  * Threads: one per output element (b,m,c), grid-stride, c fastest: consecutive threads read
  * consecutive channels of the same feature rows (coalesced), and the K (idx, weight) pairs of a
@@ -16,11 +17,18 @@
  */
 #include <cuda_runtime.h>
 
+#include "geometry.h"
 #include "pcops.h"
 
 namespace {
 
 constexpr int kThreads = 256;
+
+// geometry.h's rounded multiply and add, by type.
+__device__ __forceinline__ float rounded_mul(float a, float b) { return pcops_mul_f32(a, b); }
+__device__ __forceinline__ double rounded_mul(double a, double b) { return pcops_mul_f64(a, b); }
+__device__ __forceinline__ float rounded_add(float a, float b) { return pcops_add_f32(a, b); }
+__device__ __forceinline__ double rounded_add(double a, double b) { return pcops_add_f64(a, b); }
 
 template <typename T>
 __global__ void interpolate_kernel(const T* __restrict__ features, const int64_t* __restrict__ idx,
@@ -36,8 +44,7 @@ __global__ void interpolate_kernel(const T* __restrict__ features, const int64_t
         for (int64_t k = 0; k < K; ++k) {
             const int64_t n = idx[r * K + k];
             if (n < 0 || n >= N) continue;
-            const T p = weight[r * K + k] * fb[n * C];
-            acc = acc + p;
+            acc = rounded_add(acc, rounded_mul(weight[r * K + k], fb[n * C]));
         }
         out[i] = acc;
     }
@@ -53,22 +60,10 @@ extern "C" cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* fea
     const int64_t total = B * M * C;
     if (total == 0) return cudaSuccess;
     const unsigned grid = pcops_grid_stride_blocks(total, kThreads);
-    switch (dtype) {
-        case PCOPS_FLOAT32:
-            interpolate_kernel<float><<<grid, kThreads, 0, stream>>>(
-                (const float*)features, idx, (const float*)weight, N, C, M, K, total,
-                (float*)out);
-            break;
-        case PCOPS_FLOAT64:
-            interpolate_kernel<double><<<grid, kThreads, 0, stream>>>(
-                (const double*)features, idx, (const double*)weight, N, C, M, K, total,
-                (double*)out);
-            break;
-        default: return cudaErrorInvalidValue;
-    }
-    cudaError_t err = cudaGetLastError();
-#ifdef PCOPS_DEBUG_SYNC
-    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-#endif
-    return err;
+    return pcops_dispatch_float(dtype, stream, [&](auto zero) {
+        using T = decltype(zero);
+        interpolate_kernel<T><<<grid, kThreads, 0, stream>>>(
+            (const T*)features, idx, (const T*)weight, N, C, M, K, total, (T*)out);
+        return cudaGetLastError();
+    });
 }
