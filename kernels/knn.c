@@ -30,6 +30,7 @@
 #endif
 
 #include "common.h"
+#include "grid.h"
 #include "pcops.h"
 
 /* Refs per tile: the SoA copy and the distance buffer of a tile stay in L1. */
@@ -171,6 +172,7 @@ static void knn_packed_sort_unpack(uint64_t* PCOPS_RESTRICT h, int64_t count, fl
 #define TI int32_t
 #define KNN_PACKED 1
 #define FN(name) name##_f32
+#include "grid_cpu.inc"
 #include "knn_cpu.inc"
 #undef T
 #undef TI
@@ -181,11 +183,65 @@ static void knn_packed_sort_unpack(uint64_t* PCOPS_RESTRICT h, int64_t count, fl
 #define TI int64_t
 #define KNN_PACKED 0
 #define FN(name) name##_f64
+#include "grid_cpu.inc"
 #include "knn_cpu.inc"
 #undef T
 #undef TI
 #undef FN
 #undef KNN_PACKED
+
+/* The grid path's cell budget per cloud: about max(1, K / KNN_GRID_K_PER_CELL) refs per cell. */
+#define KNN_GRID_K_PER_CELL 4
+/* The selector's grid threshold: clouds of at least this many refs, k at most N / 8. */
+#define KNN_GRID_MIN_N 512
+
+static int64_t knn_grid_budget(int64_t N, int64_t K) {
+    const int64_t per_cell = K / KNN_GRID_K_PER_CELL > 1 ? K / KNN_GRID_K_PER_CELL : 1;
+    return pcops_grid_budget(N, 1.0 / (double)per_cell);
+}
+
+/* The variant that runs: AUTO chooses by size; the grid needs indices that fit int32. */
+static pcops_search_variant knn_cpu_resolve(int64_t M, int64_t N, int64_t K,
+                                            pcops_search_variant variant) {
+    (void)M;
+    if (N > INT32_MAX - 1) return PCOPS_SEARCH_BRUTE;
+    if (variant == PCOPS_SEARCH_GRID) return PCOPS_SEARCH_GRID;
+    if (variant != PCOPS_SEARCH_AUTO) return PCOPS_SEARCH_BRUTE;
+    return N >= KNN_GRID_MIN_N && K * 8 <= N ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
+}
+
+size_t pcops_knn_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                     int64_t K, pcops_search_variant variant) {
+    if (B <= 0 || M <= 0 || N < 0 || K < 1) return 0;
+    if (knn_cpu_resolve(M, N, K, variant) != PCOPS_SEARCH_GRID) return 0;
+    return pcops_grid_carve(NULL, B, N, knn_grid_budget(N, K), pcops_dtype_size(dtype), NULL);
+}
+
+pcops_status pcops_knn_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+                                   const int64_t* query_lengths, const int64_t* ref_lengths,
+                                   int64_t B, int64_t M, int64_t N, int64_t K,
+                                   pcops_search_variant variant, void* workspace, void* dist2,
+                                   int64_t* idx) {
+    if (knn_cpu_resolve(M, N, K, variant) != PCOPS_SEARCH_GRID || B <= 0 || M <= 0 || K < 1)
+        return pcops_knn_cpu(dtype, query, ref, query_lengths, ref_lengths, B, M, N, K, dist2,
+                             idx);
+    if (N < 0) return PCOPS_ERROR_INVALID_VALUE;
+    if (!query || !dist2 || !idx || !workspace || (N > 0 && !ref))
+        return PCOPS_ERROR_INVALID_VALUE;
+    const int64_t budget = knn_grid_budget(N, K);
+    switch (dtype) {
+        case PCOPS_FLOAT32:
+            knn_grid_batch_f32((const float*)query, (const float*)ref, query_lengths,
+                               ref_lengths, B, M, N, K, budget, workspace, (float*)dist2, idx);
+            return PCOPS_SUCCESS;
+        case PCOPS_FLOAT64:
+            knn_grid_batch_f64((const double*)query, (const double*)ref, query_lengths,
+                               ref_lengths, B, M, N, K, budget, workspace, (double*)dist2, idx);
+            return PCOPS_SUCCESS;
+        default:
+            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    }
+}
 
 pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref,
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,

@@ -105,6 +105,29 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
                            int64_t M, int64_t N, int64_t K, void* dist2, int64_t* idx);
 
+/* Search variants of kNN and ball query. Every variant returns the same result, bit for bit;
+ * tests and benchmarks force one, AUTO chooses by size. BRUTE scans every valid ref (the
+ * reference; needs no workspace); GRID bins the refs of each cloud into a uniform grid
+ * (kernels/grid.h) and visits only cells that can hold a result; BRUTE_HEAP (CUDA kNN only;
+ * BRUTE elsewhere) is the brute force with a per-thread heap for every k. */
+typedef enum pcops_search_variant {
+    PCOPS_SEARCH_AUTO = 0,
+    PCOPS_SEARCH_BRUTE = 1,
+    PCOPS_SEARCH_GRID = 2,
+    PCOPS_SEARCH_BRUTE_HEAP = 3,
+} pcops_search_variant;
+
+/* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is
+ * pcops_knn_cpu_workspace_bytes(...) of the same arguments; 0 bytes (NULL allowed) for BRUTE
+ * and wherever AUTO picks it. */
+size_t pcops_knn_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                     int64_t K, pcops_search_variant variant);
+pcops_status pcops_knn_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+                                   const int64_t* query_lengths, const int64_t* ref_lengths,
+                                   int64_t B, int64_t M, int64_t N, int64_t K,
+                                   pcops_search_variant variant, void* workspace, void* dist2,
+                                   int64_t* idx);
+
 /* ------------------------------------------------------------------------------------------
  * Ball query (kernels/ball_query.c, kernels/ball_query.cu)
  *
@@ -119,6 +142,17 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
                                   const int64_t* query_lengths, const int64_t* ref_lengths,
                                   int64_t B, int64_t M, int64_t N, double radius2, int64_t S,
                                   int64_t* idx, int64_t* count);
+
+/* Ball query with a chosen variant (pcops_ball_query_cpu is BRUTE); workspace as for kNN. */
+size_t pcops_ball_query_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                            double radius2, int64_t S,
+                                            pcops_search_variant variant);
+pcops_status pcops_ball_query_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+                                          const int64_t* query_lengths,
+                                          const int64_t* ref_lengths, int64_t B, int64_t M,
+                                          int64_t N, double radius2, int64_t S,
+                                          pcops_search_variant variant, void* workspace,
+                                          int64_t* idx, int64_t* count);
 
 /* ------------------------------------------------------------------------------------------
  * Group (kernels/group.c, kernels/group.cu)
