@@ -84,13 +84,18 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, cons
     check_cuda_tensor(kOp, "query", query);
     c10::cuda::CUDAGuard guard(query.device());
     BallQueryCall c = prepare(query, ref, radius, nsample, query_lengths, ref_lengths);
-    check_cuda(kOp, pcops_ball_query_cuda(to_pcops_dtype(c.query.scalar_type()),
-                                          c.query.data_ptr(), c.ref.data_ptr(),
-                                          ptr_or_null(c.query_lengths),
-                                          ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.radius2,
-                                          c.nsample, c.idx.data_ptr<int64_t>(),
-                                          c.count.data_ptr<int64_t>(),
-                                          at::cuda::getCurrentCUDAStream()));
+    pcops_ball_query_cuda_plan plan;
+    check_cuda(kOp, pcops_ball_query_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B,
+                                                    c.M, c.N, c.radius2, c.nsample,
+                                                    check_search_variant(variant), &plan));
+    at::Tensor workspace =
+        at::empty({(int64_t)plan.workspace_bytes}, c.query.options().dtype(at::kByte));
+    check_cuda(kOp, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
+                                              ptr_or_null(c.query_lengths),
+                                              ptr_or_null(c.ref_lengths), workspace.data_ptr(),
+                                              c.idx.data_ptr<int64_t>(),
+                                              c.count.data_ptr<int64_t>(),
+                                              at::cuda::getCurrentCUDAStream()));
     return {c.idx, c.count};
 }
 #endif

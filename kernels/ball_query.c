@@ -14,6 +14,11 @@
  * scans its cloud in blocks of BQ_BLOCK refs: one vectorised pass computes the block's hits
  * and whether there is any, then, only for a block with a hit, a scalar pass appends the hits
  * in index order and stops as soon as S are found.
+ *
+ * The grid path (pcops_ball_query_cpu_variant; grid_cpu.inc, grid.h): cells of at least the
+ * radius; a query visits the cells overlapping its ball and keeps the S smallest in-range
+ * indices in a max-heap (the refs of a cell are in index order: a cell is left once its
+ * indices pass the heap's largest), sorted at the end: the brute force's result, bit for bit.
  */
 #include <math.h>
 

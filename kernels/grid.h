@@ -39,6 +39,10 @@
 /* Relative slack of the binning (double arithmetic on coordinates of magnitude |lo| + extent). */
 #define PCOPS_GRID_MARGIN_REL 1e-9
 
+/* The CPU build spends budget / PCOPS_GRID_OCCUPANCY_SPARE cells over the box, and refines the
+ * grid up to the whole budget where most of those cells stay empty (kernels/grid_cpu.inc). */
+#define PCOPS_GRID_OCCUPANCY_SPARE 8
+
 typedef struct pcops_grid {
     double lo[3];     /* box minimum */
     double h[3];      /* cell edge per axis (extent / dims) */
