@@ -284,7 +284,9 @@ extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_
     plan->radius2 = radius2;
     const int64_t cells = pcops_grid_budget(N, 1.0);
     const bool grid_ok = B * (cells + 1) < INT_MAX && B * N < INT_MAX && N < INT_MAX;
-    if (variant == PCOPS_SEARCH_AUTO) variant = N >= 2048 ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
+    // AUTO, from one H100 run (BENCHMARKS.md): the warp-per-query brute force with its early
+    // exit won at N = 1024 and 4096, the grid at N = 1e6; the grid from N = 32768 up.
+    if (variant == PCOPS_SEARCH_AUTO) variant = N >= 32768 ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
     if (variant != PCOPS_SEARCH_GRID || !grid_ok) variant = PCOPS_SEARCH_BRUTE;
     plan->variant = variant;
     if (variant == PCOPS_SEARCH_GRID && B > 0 && M > 0) {

@@ -23,6 +23,7 @@
 #include "grid.h"
 
 namespace pcops_grid_cuda {
+namespace {  // internal linkage: knn.cu and ball_query.cu each hold their own copy
 
 template <typename T>
 struct alignas(4 * sizeof(T)) Point4 {
@@ -224,4 +225,5 @@ cudaError_t build(const T* ref, const int64_t* ref_lengths, int64_t B, int64_t N
     return cudaGetLastError();
 }
 
+}  // namespace
 }  // namespace pcops_grid_cuda

@@ -49,6 +49,8 @@
 #define KNN_CHUNK 16
 /* float64: kept neighbours up to which a sorted list with insertion is used; a heap above. */
 #define KNN_SORTED_MAX 96
+/* Grid path: distances computed per chunk of a cell's refs. */
+#define KNN_GRID_CHUNK 32
 /* Bytes of selection lists (the output rows of the queries of a block) meant to stay in L2. */
 #define KNN_LIST_BYTES (128 * 1024)
 

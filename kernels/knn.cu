@@ -650,13 +650,26 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
         const int32_t z0 = max(c[2] - r, 0), z1 = min(c[2] + r, g.dims[2] - 1);
         const int32_t y0 = max(c[1] - r, 0), y1 = min(c[1] + r, dy - 1);
         const int32_t x0 = max(c[0] - r, 0), x1 = min(c[0] + r, dx - 1);
+        // planes and rows with no new cell in the grid are stepped over (knn_cpu.inc)
+        const bool xends = c[0] - r >= 0 || c[0] + r <= dx - 1;
+        const bool yedges = c[1] - r >= 0 || c[1] + r <= dy - 1;
         for (int32_t cz = z0; cz <= z1; ++cz) {
             const bool zedge = cz == c[2] - r || cz == c[2] + r;
+            if (!zedge && !xends && !yedges) {
+                if (c[2] + r > z1) break; /* cz is strictly inside the shell */
+                cz = c[2] + r - 1;
+                continue;
+            }
             const double gz = pcops_grid_axis_gap(&g, 2, q[2], cz, cz);
             const double bz = gz * gz;
             if (list.full() && bz * PCOPS_GRID_SHRINK > (double)list.threshold()) continue;
             for (int32_t cy = y0; cy <= y1; ++cy) {
                 const bool edge = zedge || cy == c[1] - r || cy == c[1] + r;
+                if (!edge && !xends) {
+                    if (c[1] + r > y1) break; /* cy is strictly inside the shell */
+                    cy = c[1] + r - 1;
+                    continue;
+                }
                 const double gy = pcops_grid_axis_gap(&g, 1, q[1], cy, cy);
                 const double byz = bz + gy * gy;
                 if (list.full() && byz * PCOPS_GRID_SHRINK > (double)list.threshold()) continue;
@@ -768,8 +781,13 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     // the grid's keys b * C + cell are int32
     const int64_t cells = grid_cells(N, K);
     const bool grid_ok = B * (cells + 1) < INT_MAX && B * N < INT_MAX;
+    // AUTO, from one H100 run (BENCHMARKS.md, issue-8 rows): the grid from N = 2048 up while
+    // k <= 32, from N = 16384 up for 32 < k <= 64 (at N = 4096, k = 64 the brute force was as
+    // fast); the brute force below (at N = 1024, k = 32 it was 2x faster).
     if (variant == PCOPS_SEARCH_AUTO)
-        variant = N >= 1024 && 8 * K <= N && K <= max_reg ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
+        variant = K <= max_reg && 8 * K <= N && (N >= 16384 || (N >= 2048 && K <= 32))
+                      ? PCOPS_SEARCH_GRID
+                      : PCOPS_SEARCH_BRUTE;
     if (variant == PCOPS_SEARCH_GRID && !grid_ok) variant = PCOPS_SEARCH_BRUTE;
     if (variant == PCOPS_SEARCH_BRUTE && K > max_reg) variant = PCOPS_SEARCH_BRUTE_HEAP;
     if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_HEAP)

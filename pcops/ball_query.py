@@ -25,7 +25,8 @@ def ball_query(
     that). Slots past the number found repeat the first neighbour, so ``pcops.group`` needs no
     mask; a query with no neighbour (or past ``query_lengths[b]``) gets -1 in every slot, never
     a valid-looking index 0. Points near the origin are neighbours like any other. CPU and CUDA
-    return the same indices.
+    return the same indices. Large clouds are searched through a uniform grid of the refs
+    (same result as the brute force, bit for bit).
 
     Args:
         query: ``[B, M, 3]`` centres, float32/float64/float16/bfloat16 (half types compute in

@@ -23,6 +23,11 @@ def knn(
     (float32 for half types), with no FMA contraction; a ref whose distance is not finite is
     never a neighbour.
 
+    Large clouds are searched through a uniform grid of the refs (CPU and CUDA), small ones by
+    brute force; both return the same bits. On CUDA no path synchronises with the host (the
+    grid's box and cell sizes are computed on the device), so calls can be captured in a CUDA
+    graph with fixed shapes.
+
     Args:
         query: ``[B, M, 3]`` query points, float32/float64/float16/bfloat16, on the CPU or CUDA;
             need not be contiguous. A ``[M, 3]`` tensor (with a ``[N, 3]`` ``ref`` and no
