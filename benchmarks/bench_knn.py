@@ -21,9 +21,9 @@ CUDA floor: the time no kernel can beat on this GPU, the larger of
          over --fp32-rate (33.5e12/s: 132 SMs x 128 lanes x 1.98 GHz, one op per lane per clock)
 The floor column names the bound (B = bytes, F = math); "of floor" is floor / time.
 
-On CUDA, "pcops heap" times the per-thread heap kernel (the k > 64 path) on the rows with
-k <= 64 too (PCOPS_KNN_VARIANT=heap; same results), to see where it should take over from the
-register buckets.
+"pcops brute" and "pcops grid" time each search path forced (the internal variant argument;
+same results, checked), "pcops ms" is what the selector picks; on CUDA "pcops heap" times the
+per-thread heap kernel (the k > 64 brute-force path) on the rows with k <= 64 too.
 """
 import os
 import sys
@@ -35,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "tests")]  # this checkout
 
 import pcops  # noqa: E402
+from pcops.knn import _knn_variant  # noqa: E402
 from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
 from helpers import rand_points  # noqa: E402
 
@@ -51,12 +52,8 @@ def run_pcops(q, r, k):
     return pcops.knn(q, r, k)
 
 
-def run_pcops_heap(q, r, k):
-    os.environ["PCOPS_KNN_VARIANT"] = "heap"
-    try:
-        return pcops.knn(q, r, k)
-    finally:
-        del os.environ["PCOPS_KNN_VARIANT"]
+def run_pcops_variant(q, r, k, variant):
+    return _knn_variant(q, r, k, variant=variant)
 
 
 def run_torch(q, r, k, mem_bytes):
@@ -170,8 +167,8 @@ def main():
     mem_bytes = int(args.torch_mem_gb * 2**30)
     budget = 0.2 if args.quick else args.budget_s
 
-    variants = device == "cuda"
-    header = ["B", "M", "N", "k", "shape", "pcops ms"] + (["pcops heap ms"] if variants else [])
+    variants = ["brute", "grid"] + (["heap"] if device == "cuda" else [])
+    header = ["B", "M", "N", "k", "shape", "pcops ms"] + [f"pcops {v} ms" for v in variants]
     header += ["torch ms"] + [f"{n} ms" for n, _ in present]
     header += ["speedup vs torch", "speedup vs best peer"]
     if device == "cuda":
@@ -188,13 +185,17 @@ def main():
         q = rand_points(B, M, gen, device=device)
         r = rand_points(B, N, gen, device=device)
         t_ours, ours = timed(lambda: run_pcops(q, r, k), device, budget)
-        t_heap = None
         if ours is None:
             raise SystemExit(f"pcops.knn failed on B={B} M={M} N={N} k={k}")
-        if variants and k <= 64:
-            t_heap, out = timed(lambda: run_pcops_heap(q, r, k), device, budget)
-            if out is not None and not torch.equal(out[1], ours[1]):
-                raise SystemExit("the heap variant returned other indices than the register kernels")
+        t_vars = []
+        for v in variants:
+            if v == "heap" and k > 64:
+                t_vars.append(None)
+                continue
+            t_v, out = timed(lambda v=v: run_pcops_variant(q, r, k, v), device, budget)
+            if out is not None and not (torch.equal(out[1], ours[1]) and torch.equal(out[0], ours[0])):
+                raise SystemExit(f"the {v} variant returned other results than the default path")
+            t_vars.append(t_v)
         t_torch, out = timed(lambda: run_torch(q, r, k, mem_bytes), device, budget)
         check_same(None if out is None else out[0], ours[0], "torch cdist+topk")
         t_peers = []
@@ -203,7 +204,7 @@ def main():
             check_same(None if out is None else out[0], ours[0], name)
             t_peers.append(t)
         best_peer = min((t for t in t_peers if t is not None), default=None)
-        row = [B, M, N, k, label, fmt_ms(t_ours)] + ([fmt_ms(t_heap)] if variants else [])
+        row = [B, M, N, k, label, fmt_ms(t_ours)] + [fmt_ms(t) for t in t_vars]
         row += [fmt_ms(t_torch)] + [fmt_ms(t) for t in t_peers]
         row.append(f"{t_torch / t_ours:.2f}x" if t_torch and t_ours else "-")
         row.append(f"{best_peer / t_ours:.2f}x" if best_peer and t_ours else "-")

@@ -8,6 +8,14 @@ namespace {
 
 constexpr const char* kOp = "ball_query";
 
+// The internal `variant` argument: a pcops_search_variant value.
+pcops_search_variant check_search_variant(int64_t variant) {
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= 3, "pcops.", kOp,
+                      ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid) or 3 "
+                      "(brute-force heap), got ", variant);
+    return (pcops_search_variant)variant;
+}
+
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct BallQueryCall {
     at::Tensor query;  // [B,M,3], float32 or float64 (half types upcast)
@@ -51,14 +59,19 @@ BallQueryCall prepare(const at::Tensor& query, const at::Tensor& ref, double rad
 std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query, const at::Tensor& ref,
                                                   double radius, int64_t nsample,
                                                   const std::optional<at::Tensor>& query_lengths,
-                                                  const std::optional<at::Tensor>& ref_lengths) {
+                                                  const std::optional<at::Tensor>& ref_lengths,
+                                                  int64_t variant) {
     BallQueryCall c = prepare(query, ref, radius, nsample, query_lengths, ref_lengths);
-    check_status(kOp, pcops_ball_query_cpu(to_pcops_dtype(c.query.scalar_type()),
-                                           c.query.data_ptr(), c.ref.data_ptr(),
-                                           ptr_or_null(c.query_lengths),
-                                           ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.radius2,
-                                           c.nsample, c.idx.data_ptr<int64_t>(),
-                                           c.count.data_ptr<int64_t>()));
+    const pcops_search_variant v = check_search_variant(variant);
+    const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    at::Tensor workspace = at::empty({(int64_t)pcops_ball_query_cpu_workspace_bytes(
+                                         dtype, c.B, c.M, c.N, c.radius2, c.nsample, v)},
+                                     c.query.options().dtype(at::kByte));
+    check_status(kOp, pcops_ball_query_cpu_variant(
+                          dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                          ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B, c.M,
+                          c.N, c.radius2, c.nsample, v, workspace.data_ptr(),
+                          c.idx.data_ptr<int64_t>(), c.count.data_ptr<int64_t>()));
     return {c.idx, c.count};
 }
 
@@ -66,17 +79,23 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query, const
 std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, const at::Tensor& ref,
                                                    double radius, int64_t nsample,
                                                    const std::optional<at::Tensor>& query_lengths,
-                                                   const std::optional<at::Tensor>& ref_lengths) {
+                                                   const std::optional<at::Tensor>& ref_lengths,
+                                                   int64_t variant) {
     check_cuda_tensor(kOp, "query", query);
     c10::cuda::CUDAGuard guard(query.device());
     BallQueryCall c = prepare(query, ref, radius, nsample, query_lengths, ref_lengths);
-    check_cuda(kOp, pcops_ball_query_cuda(to_pcops_dtype(c.query.scalar_type()),
-                                          c.query.data_ptr(), c.ref.data_ptr(),
-                                          ptr_or_null(c.query_lengths),
-                                          ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.radius2,
-                                          c.nsample, c.idx.data_ptr<int64_t>(),
-                                          c.count.data_ptr<int64_t>(),
-                                          at::cuda::getCurrentCUDAStream()));
+    pcops_ball_query_cuda_plan plan;
+    check_cuda(kOp, pcops_ball_query_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B,
+                                                    c.M, c.N, c.radius2, c.nsample,
+                                                    check_search_variant(variant), &plan));
+    at::Tensor workspace =
+        at::empty({(int64_t)plan.workspace_bytes}, c.query.options().dtype(at::kByte));
+    check_cuda(kOp, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
+                                              ptr_or_null(c.query_lengths),
+                                              ptr_or_null(c.ref_lengths), workspace.data_ptr(),
+                                              c.idx.data_ptr<int64_t>(),
+                                              c.count.data_ptr<int64_t>(),
+                                              at::cuda::getCurrentCUDAStream()));
     return {c.idx, c.count};
 }
 #endif

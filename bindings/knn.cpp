@@ -10,6 +10,14 @@ namespace {
 
 constexpr const char* kOp = "knn";
 
+// The internal `variant` argument: a pcops_search_variant value.
+pcops_search_variant check_search_variant(const char* op, int64_t variant) {
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= 3, "pcops.", op,
+                      ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid) or 3 "
+                      "(brute-force heap), got ", variant);
+    return (pcops_search_variant)variant;
+}
+
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct KnnCall {
     at::Tensor query;  // [B,M,3], float32 or float64 (half types upcast)
@@ -49,13 +57,19 @@ KnnCall prepare(const at::Tensor& query, const at::Tensor& ref, int64_t k,
 std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Tensor& ref,
                                            int64_t k,
                                            const std::optional<at::Tensor>& query_lengths,
-                                           const std::optional<at::Tensor>& ref_lengths) {
+                                           const std::optional<at::Tensor>& ref_lengths,
+                                           int64_t variant) {
     KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
+    const pcops_search_variant v = check_search_variant(kOp, variant);
     pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
-    check_status(kOp, pcops_knn_cpu(dtype, c.query.data_ptr(), c.ref.data_ptr(),
-                                    ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths),
-                                    c.B, c.M, c.N, c.k, c.dist2.data_ptr(),
-                                    c.idx.data_ptr<int64_t>()));
+    at::Tensor workspace = at::empty(
+        {(int64_t)pcops_knn_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.k, v)},
+        c.query.options().dtype(at::kByte));
+    check_status(kOp, pcops_knn_cpu_variant(dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                                            ptr_or_null(c.query_lengths),
+                                            ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.k, v,
+                                            workspace.data_ptr(), c.dist2.data_ptr(),
+                                            c.idx.data_ptr<int64_t>()));
     return {c.dist2.to(query.scalar_type()), c.idx};
 }
 
@@ -63,7 +77,8 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Te
 std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::Tensor& ref,
                                             int64_t k,
                                             const std::optional<at::Tensor>& query_lengths,
-                                            const std::optional<at::Tensor>& ref_lengths) {
+                                            const std::optional<at::Tensor>& ref_lengths,
+                                            int64_t variant) {
     check_cuda_tensor(kOp, "query", query);
     c10::cuda::CUDAGuard guard(query.device());
     KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
@@ -71,14 +86,17 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
     TORCH_CHECK_VALUE(c.M <= INT_MAX && c.N <= INT_MAX && c.k <= INT_MAX, "pcops.", kOp,
                       ": on CUDA, M, N and k must be at most 2**31 - 1, got M = ", c.M,
                       ", N = ", c.N, ", k = ", c.k);
-    pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
-    at::Tensor workspace = at::empty(
-        {(int64_t)pcops_knn_cuda_workspace_bytes(dtype, c.B, c.M, c.N, c.k)},
-        c.query.options().dtype(at::kByte));
-    check_cuda(kOp, pcops_knn_cuda(dtype, c.query.data_ptr(), c.ref.data_ptr(),
-                                   ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B,
-                                   c.M, c.N, c.k, workspace.data_ptr(), c.dist2.data_ptr(),
-                                   c.idx.data_ptr<int64_t>(), at::cuda::getCurrentCUDAStream()));
+    const pcops_search_variant v = check_search_variant(kOp, variant);
+    pcops_knn_cuda_plan plan;
+    check_cuda(kOp, pcops_knn_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B, c.M,
+                                             c.N, c.k, v, &plan));
+    at::Tensor workspace =
+        at::empty({(int64_t)plan.workspace_bytes}, c.query.options().dtype(at::kByte));
+    check_cuda(kOp, pcops_knn_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
+                                       ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths),
+                                       workspace.data_ptr(), c.dist2.data_ptr(),
+                                       c.idx.data_ptr<int64_t>(),
+                                       at::cuda::getCurrentCUDAStream()));
     return {c.dist2.to(query.scalar_type()), c.idx};
 }
 #endif

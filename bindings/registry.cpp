@@ -43,13 +43,16 @@ TORCH_LIBRARY(pcops, m) {
     // valid refs sorted by (dist2, idx); idx -1 / dist2 +inf past the valid refs.
     m.def(
         "knn(Tensor query, Tensor ref, int k, Tensor? query_lengths=None, "
-        "Tensor? ref_lengths=None) -> (Tensor dist2, Tensor idx)");
+        "Tensor? ref_lengths=None, int variant=0) -> (Tensor dist2, Tensor idx)");
 
     // -> idx[B,M,nsample] int64, count[B,M] int64: the first nsample valid refs in index order
     // with squared distance < radius**2; empty slots repeat the first one found; -1 if none.
+    // knn and ball_query: `variant` (internal; tests and benchmarks) forces a search path,
+    // pcops_search_variant: 0 by size, 1 brute force, 2 grid, 3 brute-force heap (CUDA kNN).
     m.def(
         "ball_query(Tensor query, Tensor ref, float radius, int nsample, "
-        "Tensor? query_lengths=None, Tensor? ref_lengths=None) -> (Tensor idx, Tensor count)");
+        "Tensor? query_lengths=None, Tensor? ref_lengths=None, int variant=0) -> "
+        "(Tensor idx, Tensor count)");
 
     // features[B,N,C], idx[B,M,S] -> out[B,M,S,C] = features[b, idx[b,m,s], :] (0 where idx is -1).
     m.def("group(Tensor features, Tensor idx) -> Tensor");

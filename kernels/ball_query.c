@@ -14,8 +14,16 @@
  * scans its cloud in blocks of BQ_BLOCK refs: one vectorised pass computes the block's hits
  * and whether there is any, then, only for a block with a hit, a scalar pass appends the hits
  * in index order and stops as soon as S are found.
+ *
+ * The grid path (pcops_ball_query_cpu_variant; grid_cpu.inc, grid.h): cells of at least the
+ * radius; a query visits the cells overlapping its ball and keeps the S smallest in-range
+ * indices in a max-heap (the refs of a cell are in index order: a cell is left once its
+ * indices pass the heap's largest), sorted at the end: the brute force's result, bit for bit.
  */
+#include <math.h>
+
 #include "common.h"
+#include "grid.h"
 #include "pcops.h"
 
 /* Refs per block of the scan: the granularity of the early exit. */
@@ -23,14 +31,41 @@
 /* Below this many (query, ref) pairs a call runs on one thread. */
 #define BQ_PARALLEL_MIN_PAIRS 65536.0
 
+/* The grid path keeps the S smallest indices of the in-range refs in a max-heap. */
+static inline void bq_heap_push(int64_t* PCOPS_RESTRICT h, int64_t count, int64_t n) {
+    int64_t i = count;
+    while (i > 0) {
+        const int64_t p = (i - 1) / 2;
+        if (h[p] >= n) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = n;
+}
+
+static inline void bq_heap_sift_down(int64_t* PCOPS_RESTRICT h, int64_t count, int64_t i,
+                                     int64_t n) {
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= count) break;
+        if (c + 1 < count && h[c + 1] > h[c]) ++c;
+        if (h[c] <= n) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = n;
+}
+
 #define T float
 #define FN(name) name##_f32
+#include "grid_cpu.inc"
 #include "ball_query_cpu.inc"
 #undef T
 #undef FN
 
 #define T double
 #define FN(name) name##_f64
+#include "grid_cpu.inc"
 #include "ball_query_cpu.inc"
 #undef T
 #undef FN
@@ -50,6 +85,61 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
         case PCOPS_FLOAT64:
             ball_query_batch_f64((const double*)query, (const double*)ref, query_lengths,
                                  ref_lengths, B, M, N, radius2, S, idx, count);
+            return PCOPS_SUCCESS;
+        default:
+            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    }
+}
+
+/* The grid path: cells of an edge of at least the radius times BQ_GRID_CELL_PER_RADIUS, at
+ * most one cell per ref. The selector takes the grid from BQ_GRID_MIN_N refs per cloud. */
+#define BQ_GRID_CELL_PER_RADIUS 1.0
+#define BQ_GRID_MIN_N 512
+
+static pcops_search_variant ball_query_cpu_resolve(int64_t M, int64_t N,
+                                                   pcops_search_variant variant) {
+    if (N > INT32_MAX - 1 || M > INT32_MAX - 1) return PCOPS_SEARCH_BRUTE;
+    if (variant == PCOPS_SEARCH_GRID) return PCOPS_SEARCH_GRID;
+    if (variant != PCOPS_SEARCH_AUTO) return PCOPS_SEARCH_BRUTE;
+    return N >= BQ_GRID_MIN_N ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
+}
+
+size_t pcops_ball_query_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                            double radius2, int64_t S,
+                                            pcops_search_variant variant) {
+    (void)radius2;
+    if (B <= 0 || M <= 0 || N < 0 || S < 1) return 0;
+    if (ball_query_cpu_resolve(M, N, variant) != PCOPS_SEARCH_GRID) return 0;
+    const int64_t budget = pcops_grid_budget(N, 1.0);
+    /* the grids, then the query order (kernels/ball_query_cpu.inc) */
+    return pcops_grid_carve(NULL, B, N, budget, pcops_dtype_size(dtype), NULL) +
+           (size_t)(2 * B * M + B * (budget + 2)) * sizeof(int32_t);
+}
+
+pcops_status pcops_ball_query_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+                                          const int64_t* query_lengths,
+                                          const int64_t* ref_lengths, int64_t B, int64_t M,
+                                          int64_t N, double radius2, int64_t S,
+                                          pcops_search_variant variant, void* workspace,
+                                          int64_t* idx, int64_t* count) {
+    if (ball_query_cpu_resolve(M, N, variant) != PCOPS_SEARCH_GRID || B <= 0 || M <= 0 || S < 1)
+        return pcops_ball_query_cpu(dtype, query, ref, query_lengths, ref_lengths, B, M, N,
+                                    radius2, S, idx, count);
+    if (N < 0) return PCOPS_ERROR_INVALID_VALUE;
+    if (!idx || !count || !query || !workspace || (N > 0 && !ref))
+        return PCOPS_ERROR_INVALID_VALUE;
+    const int64_t budget = pcops_grid_budget(N, 1.0);
+    const double min_cell = sqrt(radius2) * BQ_GRID_CELL_PER_RADIUS;
+    switch (dtype) {
+        case PCOPS_FLOAT32:
+            ball_query_grid_batch_f32((const float*)query, (const float*)ref, query_lengths,
+                                      ref_lengths, B, M, N, (float)radius2, S, budget, min_cell,
+                                      workspace, idx, count);
+            return PCOPS_SUCCESS;
+        case PCOPS_FLOAT64:
+            ball_query_grid_batch_f64((const double*)query, (const double*)ref, query_lengths,
+                                      ref_lengths, B, M, N, radius2, S, budget, min_cell,
+                                      workspace, idx, count);
             return PCOPS_SUCCESS;
         default:
             return PCOPS_ERROR_UNSUPPORTED_DTYPE;

@@ -20,11 +20,20 @@
  * Warp per query (rather than thread per query) keeps the GPU busy when there are few queries
  * and many refs (a single large scan becomes N/32 steps) and makes the early exit of a query
  * exact to 32 refs.
+ *
+ * The grid path (ball_query_grid_kernel; kernels/grid.h, grid_cuda.cuh): the refs of each cloud
+ * binned into a uniform grid of cells of at least the radius on the device; one thread per
+ * query visits the cells overlapping its ball and keeps the S smallest in-range indices in a
+ * max-heap in its output row (the refs of a cell are in index order, so a cell is left as
+ * soon as its indices pass the largest of a full heap), sorted at the end: the same first S
+ * in index order. The path is chosen by a plan (pcops_ball_query_cuda_plan_make).
  */
 #include <climits>
 #include <cstdint>
 
 #include "common.h"
+#include "grid.h"
+#include "grid_cuda.cuh"
 #include "pcops.h"
 
 namespace {
@@ -130,7 +139,198 @@ cudaError_t launch_ball_query(const T* query, const T* ref, const int64_t* query
     return cudaGetLastError();
 }
 
+// ------------------------------------------------------------------------------------------
+// the grid path
+
+using pcops_grid_cuda::Point4;
+
+__device__ __forceinline__ float grid_dist2(float qx, float qy, float qz, const Point4<float>& r) {
+    const float dx = __fsub_rn(r.x, qx), dy = __fsub_rn(r.y, qy), dz = __fsub_rn(r.z, qz);
+    return __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
+}
+
+__device__ __forceinline__ double grid_dist2(double qx, double qy, double qz,
+                                             const Point4<double>& r) {
+    const double dx = __dsub_rn(r.x, qx), dy = __dsub_rn(r.y, qy), dz = __dsub_rn(r.z, qz);
+    return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
+}
+
+// Max-heap of indices in a query's output row.
+__device__ __forceinline__ void index_heap_sift_down(int64_t* h, int64_t count, int64_t i,
+                                                     int64_t n) {
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= count) break;
+        int64_t hc = h[c];
+        if (c + 1 < count) {
+            const int64_t hr = h[c + 1];
+            if (hr > hc) {
+                ++c;
+                hc = hr;
+            }
+        }
+        if (hc <= n) break;
+        h[i] = hc;
+        i = c;
+    }
+    h[i] = n;
+}
+
+struct BallGridParams {
+    const int64_t* query_lengths;
+    int64_t B, M, C, S;
+    const pcops_grid* grids;
+    const int32_t* start;
+    const int32_t* ids;
+};
+
+// One thread per query (B * M threads).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+ball_query_grid_kernel(const T* __restrict__ query, BallGridParams p,
+                       const Point4<T>* __restrict__ pts, T r2, int64_t* __restrict__ idx,
+                       int64_t* __restrict__ count) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= p.B * p.M) return;
+    const int64_t b = t / p.M, m = t % p.M;
+    int64_t* out = idx + t * p.S;
+    const int64_t S = p.S;
+    int64_t found = 0;
+    const T qx = query[3 * t], qy = query[3 * t + 1], qz = query[3 * t + 2];
+    const pcops_grid g = p.grids[b];
+    if (m < pcops_valid_length(p.query_lengths, b, p.M) && g.cells > 0 &&
+        pcops_grid_finite3(qx, qy, qz) && r2 > T(0)) {
+        const double q[3] = {qx, qy, qz};
+        const double reach = sqrt((double)r2 / PCOPS_GRID_SHRINK) + g.margin;
+        int32_t c0[3], c1[3];
+        for (int a = 0; a < 3; ++a) {
+            c0[a] = pcops_grid_coord(&g, a, q[a] - reach);
+            c1[a] = pcops_grid_coord(&g, a, q[a] + reach);
+        }
+        const int32_t* start = p.start + b * p.C;
+        int64_t top = LLONG_MAX;
+        for (int32_t cz = c0[2]; cz <= c1[2]; ++cz)
+            for (int32_t cy = c0[1]; cy <= c1[1]; ++cy)
+                for (int32_t cx = c0[0]; cx <= c1[0]; ++cx) {
+                    if (pcops_grid_cell_bound(&g, q, cx, cy, cz) >= (double)r2) continue;
+                    const int64_t cell = ((int64_t)cz * g.dims[1] + cy) * g.dims[0] + cx;
+                    const int32_t j1 = start[cell + 1];
+                    for (int32_t j = start[cell]; j < j1; ++j) {
+                        const int64_t n = p.ids[j];
+                        if (n > top) break;  // the rest of the cell has larger indices
+                        if (!(grid_dist2(qx, qy, qz, pts[j]) < r2)) continue;
+                        if (found < S) {  // push
+                            int64_t i = found;
+                            while (i > 0) {
+                                const int64_t par = (i - 1) / 2;
+                                const int64_t hp = out[par];
+                                if (hp >= n) break;
+                                out[i] = hp;
+                                i = par;
+                            }
+                            out[i] = n;
+                            if (++found == S) top = out[0];
+                        } else {
+                            index_heap_sift_down(out, S, 0, n);
+                            top = out[0];
+                        }
+                    }
+                }
+        for (int64_t end = found - 1; end > 0; --end) {  // heapsort: ascending
+            const int64_t n = out[end];
+            out[end] = out[0];
+            index_heap_sift_down(out, end, 0, n);
+        }
+    }
+    const int64_t fill = found > 0 ? out[0] : -1;
+    for (int64_t s = found; s < S; ++s) out[s] = fill;
+    count[t] = found;
+}
+
+template <typename T>
+cudaError_t launch_ball_query_grid(const pcops_ball_query_cuda_plan& plan, const T* query,
+                                   const T* ref, const int64_t* query_lengths,
+                                   const int64_t* ref_lengths, void* workspace, int64_t* idx,
+                                   int64_t* count, cudaStream_t stream) {
+    pcops_grid_cuda::Scratch<T> s;
+    pcops_grid_cuda::carve<T>(workspace, plan.B, plan.N, plan.cells, &s);
+    cudaError_t err = pcops_grid_cuda::build<T>(ref, ref_lengths, plan.B, plan.N, plan.cells,
+                                                sqrt(plan.radius2), s, stream);
+    if (err != cudaSuccess) return err;
+    BallGridParams p{query_lengths, plan.B, plan.M, plan.cells, plan.S, s.grids, s.start,
+                     s.vals_out};
+    const int64_t blocks = (plan.B * plan.M + kThreads - 1) / kThreads;
+    if (blocks > INT_MAX) return cudaErrorInvalidValue;
+    ball_query_grid_kernel<T><<<(unsigned)blocks, kThreads, 0, stream>>>(
+        query, p, s.pts, (T)plan.radius2, idx, count);
+    return cudaGetLastError();
+}
+
 }  // namespace
+
+extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M,
+                                                       int64_t N, double radius2, int64_t S,
+                                                       pcops_search_variant variant,
+                                                       pcops_ball_query_cuda_plan* plan) {
+    if (!plan) return cudaErrorInvalidValue;
+    *plan = pcops_ball_query_cuda_plan{};
+    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return cudaErrorInvalidValue;
+    if (B < 0 || M < 0 || N < 0 || S < 1) return cudaErrorInvalidValue;
+    plan->dtype = dtype;
+    plan->B = B;
+    plan->M = M;
+    plan->N = N;
+    plan->S = S;
+    plan->radius2 = radius2;
+    const int64_t cells = pcops_grid_budget(N, 1.0);
+    const bool grid_ok = B * (cells + 1) < INT_MAX && B * N < INT_MAX && N < INT_MAX;
+    // AUTO, from one H100 run (BENCHMARKS.md): the warp-per-query brute force with its early
+    // exit won at N = 1024 and 4096, the grid at N = 1e6; the grid from N = 32768 up.
+    if (variant == PCOPS_SEARCH_AUTO) variant = N >= 32768 ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
+    if (variant != PCOPS_SEARCH_GRID || !grid_ok) variant = PCOPS_SEARCH_BRUTE;
+    plan->variant = variant;
+    if (variant == PCOPS_SEARCH_GRID && B > 0 && M > 0) {
+        plan->cells = cells;
+        plan->workspace_bytes = dtype == PCOPS_FLOAT32
+                                    ? pcops_grid_cuda::carve<float>(nullptr, B, N, cells, nullptr)
+                                    : pcops_grid_cuda::carve<double>(nullptr, B, N, cells, nullptr);
+    }
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t pcops_ball_query_cuda_run(const pcops_ball_query_cuda_plan* plan,
+                                                 const void* query, const void* ref,
+                                                 const int64_t* query_lengths,
+                                                 const int64_t* ref_lengths, void* workspace,
+                                                 int64_t* idx, int64_t* count,
+                                                 cudaStream_t stream) {
+    if (!plan) return cudaErrorInvalidValue;
+    if (plan->variant != PCOPS_SEARCH_GRID)
+        return pcops_ball_query_cuda(plan->dtype, query, ref, query_lengths, ref_lengths, plan->B,
+                                     plan->M, plan->N, plan->radius2, plan->S, idx, count, stream);
+    if (plan->B == 0 || plan->M == 0) return cudaSuccess;
+    if (workspace == nullptr) return cudaErrorInvalidValue;
+    cudaError_t err;
+    switch (plan->dtype) {
+        case PCOPS_FLOAT32:
+            err = launch_ball_query_grid(*plan, (const float*)query, (const float*)ref,
+                                         query_lengths, ref_lengths, workspace, idx, count,
+                                         stream);
+            break;
+        case PCOPS_FLOAT64:
+            err = launch_ball_query_grid(*plan, (const double*)query, (const double*)ref,
+                                         query_lengths, ref_lengths, workspace, idx, count,
+                                         stream);
+            break;
+        default:
+            return cudaErrorInvalidValue;
+    }
+#ifdef PCOPS_DEBUG_SYNC
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+#endif
+    return err;
+}
+
 
 extern "C" cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* query,
                                              const void* ref, const int64_t* query_lengths,

@@ -27,9 +27,13 @@
  *    thread (float32: packed into one 64-bit integer, as on the CPU), in shared memory when it
  *    fits (interleaved by thread), else in the thread's own output rows in global memory;
  *    sorted in place (heapsort) at the end. Slower, correct.
- * Every path returns the same result; PCOPS_KNN_VARIANT=heap (read at each call; for
- * benchmarks/bench_knn.py) sends every k to the heap kernel, so that the two can be timed
- * against each other on the same sizes.
+ *  - the grid path (knn_grid_kernel, kernels/grid.h, grid_cuda.cuh): the refs of every cloud
+ *    binned into a uniform grid on the device; one thread per query visits the cells in rings
+ *    of growing distance and keeps the best keys (full (dist2, idx) compares: cells come in
+ *    any index order) in the same register list, or (k > 64) a heap in its output rows.
+ * Every path returns the same result. The path is chosen once per call by a plan
+ * (pcops_knn_cuda_plan_make: sizes, device, the caller's forced variant), which also sizes
+ * the workspace; the launcher only follows it.
  */
 #include <atomic>
 #include <cfloat>
@@ -40,6 +44,8 @@
 #include <type_traits>
 
 #include "common.h"
+#include "grid.h"
+#include "grid_cuda.cuh"
 #include "pcops.h"
 
 namespace {
@@ -60,10 +66,7 @@ struct MaxRegisterK<double> {
     static constexpr int value = 64;
 };
 
-template <typename T>
-struct alignas(4 * sizeof(T)) Point4 {
-    T x, y, z, w;
-};
+using pcops_grid_cuda::Point4;
 
 // (q - r) . (q - r) evaluated as (dx*dx + dy*dy) + dz*dz with round-to-nearest operations that
 // the compiler may not contract into FMAs: the CPU (-ffp-contract=off) computes the same bits.
@@ -461,12 +464,6 @@ cudaError_t device_info(DeviceInfo* info) {
                                   dev);
 }
 
-// Benchmarks only: PCOPS_KNN_VARIANT=heap takes the heap kernel for every k.
-bool heap_forced() {
-    const char* v = std::getenv("PCOPS_KNN_VARIANT");
-    return v != nullptr && std::strcmp(v, "heap") == 0;
-}
-
 int register_bucket(int64_t k) {
     return k <= 1 ? 1 : k <= 4 ? 4 : k <= 8 ? 8 : k <= 16 ? 16 : k <= 32 ? 32 : 64;
 }
@@ -492,15 +489,6 @@ int64_t choose_splits(int64_t B, int64_t M, int64_t N, int64_t K, int sms) {
     if (s > by_len) s = by_len;
     if (s > kMaxSplits) s = kMaxSplits;
     return s < 1 ? 1 : s;
-}
-
-template <typename T>
-size_t workspace_bytes(int64_t B, int64_t M, int64_t N, int64_t K, const DeviceInfo& info) {
-    if (B <= 0 || M <= 0 || K < 1 || K > MaxRegisterK<T>::value || heap_forced()) return 0;
-    const int64_t S = choose_splits(B, M, N, K, info.sms);
-    if (S == 1) return 0;
-    // part_d [B,S,M,K] T, then part_i [B,S,M,K] int (T is 4 or 8 bytes: int stays aligned)
-    return (size_t)(B * S * M * K) * (sizeof(T) + sizeof(int));
 }
 
 template <typename T, int K>
@@ -568,27 +556,287 @@ cudaError_t launch_heap(const T* query, const T* ref, KnnParams p, int64_t B,
     return cudaGetLastError();
 }
 
+// ------------------------------------------------------------------------------------------
+// the grid path
+
+// The list of a grid query: the register list with full key compares (refs arrive in cell
+// order, not index order), or for large k a max-heap in the thread's output rows.
+template <typename T, int K>
+struct GridRegisterList {
+    RegisterList<T, K> l;
+    __device__ __forceinline__ void init(int k) { l.init(k); }
+    __device__ __forceinline__ bool full() const { return l.i[K - 1] >= 0; }
+    __device__ __forceinline__ T threshold() const { return l.d[K - 1]; }
+    // (dist, n) is kept when its key is below the largest kept key (dist < +inf).
+    __device__ __forceinline__ void offer(T dist, int n) {
+        const T td = l.d[K - 1];
+        if (!(dist < td || (dist == td && n < l.i[K - 1]))) return;
+#pragma unroll
+        for (int s = K - 1; s > 0; --s) {
+            const bool shift = l.d[s - 1] > dist || (l.d[s - 1] == dist && l.i[s - 1] > n);
+            const bool here = l.d[s] > dist || (l.d[s] == dist && l.i[s] > n);
+            l.d[s] = shift ? l.d[s - 1] : (here ? dist : l.d[s]);
+            l.i[s] = shift ? l.i[s - 1] : (here ? n : l.i[s]);
+        }
+        const bool here = l.d[0] > dist || (l.d[0] == dist && l.i[0] > n);
+        l.d[0] = here ? dist : l.d[0];
+        l.i[0] = here ? n : l.i[0];
+    }
+    __device__ __forceinline__ void finish(T* out_d, int64_t* out_i, int k) const {
+        l.write(out_d, out_i, k);
+    }
+};
+
 template <typename T>
-cudaError_t launch_knn(const T* query, const T* ref, const int64_t* query_lengths,
-                       const int64_t* ref_lengths, int64_t B, int64_t M, int64_t N, int64_t K,
-                       void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
+struct GridHeapList {
+    using Store = typename HeapTraits<T>::GlobalStore;
+    using Key = typename Store::Key;
+    Heap<Store> heap;
+    int64_t count, cap;
+    T th;
+    __device__ __forceinline__ bool full() const { return count == cap; }
+    __device__ __forceinline__ T threshold() const { return th; }
+    __device__ __forceinline__ void offer(T dist, int n) {
+        if (!(dist <= th) || !(dist < T(INFINITY))) return;
+        const Key key = Key::make(dist, n);
+        if (count < cap) {
+            heap.push(count, key);
+            if (++count == cap) th = heap.s.load(0).dist();
+        } else if (heap.s.load(0) > key) {
+            heap.sift_down(cap, 0, key);
+            th = heap.s.load(0).dist();
+        }
+    }
+    // Sorted entries, then empty slots (the float32 keys sit in the idx row itself: entry j is
+    // read before slot j is written).
+    __device__ void finish(T* out_d, int64_t* out_i, int k) const {
+        heap.sort(count);
+        for (int64_t j = 0; j < count; ++j) {
+            const Key key = heap.s.load(j);
+            out_d[j] = key.dist();
+            out_i[j] = key.index();
+        }
+        for (int64_t j = count; j < k; ++j) {
+            out_d[j] = T(INFINITY);
+            out_i[j] = -1;
+        }
+    }
+};
+
+struct GridParams {
+    const int64_t* query_lengths;
+    const int64_t* ref_lengths;
+    int64_t B, M, N, C;
+    int k;
+    const pcops_grid* grids;
+    const int32_t* start;  // [B * C + 1]
+    const int32_t* ids;    // the ref index of each sorted position
+};
+
+// Visits the grid of cloud b around q in rings (kernels/knn_cpu.inc, knn_grid_query, is the
+// same walk) and offers every ref of a visited cell to the list.
+template <typename T, typename List>
+__device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const Point4<T>* pts,
+                                          T qx, T qy, T qz, List& list) {
+    const pcops_grid g = p.grids[b];
+    if (g.cells == 0 || !pcops_grid_finite3(qx, qy, qz)) return;
+    const double q[3] = {qx, qy, qz};
+    int32_t c[3];
+    for (int a = 0; a < 3; ++a) c[a] = pcops_grid_coord(&g, a, q[a]);
+    const int32_t rmax = pcops_grid_max_ring(&g, c);
+    const int32_t dx = g.dims[0], dy = g.dims[1];
+    const int32_t* start = p.start + b * p.C;
+    for (int32_t r = 0; r <= rmax; ++r) {
+        const int32_t z0 = max(c[2] - r, 0), z1 = min(c[2] + r, g.dims[2] - 1);
+        const int32_t y0 = max(c[1] - r, 0), y1 = min(c[1] + r, dy - 1);
+        const int32_t x0 = max(c[0] - r, 0), x1 = min(c[0] + r, dx - 1);
+        // planes and rows with no new cell in the grid are stepped over (knn_cpu.inc)
+        const bool xends = c[0] - r >= 0 || c[0] + r <= dx - 1;
+        const bool yedges = c[1] - r >= 0 || c[1] + r <= dy - 1;
+        for (int32_t cz = z0; cz <= z1; ++cz) {
+            const bool zedge = cz == c[2] - r || cz == c[2] + r;
+            if (!zedge && !xends && !yedges) {
+                if (c[2] + r > z1) break; /* cz is strictly inside the shell */
+                cz = c[2] + r - 1;
+                continue;
+            }
+            const double gz = pcops_grid_axis_gap(&g, 2, q[2], cz, cz);
+            const double bz = gz * gz;
+            if (list.full() && bz * PCOPS_GRID_SHRINK > (double)list.threshold()) continue;
+            for (int32_t cy = y0; cy <= y1; ++cy) {
+                const bool edge = zedge || cy == c[1] - r || cy == c[1] + r;
+                if (!edge && !xends) {
+                    if (c[1] + r > y1) break; /* cy is strictly inside the shell */
+                    cy = c[1] + r - 1;
+                    continue;
+                }
+                const double gy = pcops_grid_axis_gap(&g, 1, q[1], cy, cy);
+                const double byz = bz + gy * gy;
+                if (list.full() && byz * PCOPS_GRID_SHRINK > (double)list.threshold()) continue;
+                const int32_t step = edge || r == 0 ? 1 : 2 * r;
+                const int32_t xa = edge ? x0 : c[0] - r, xb = edge ? x1 : c[0] + r;
+                for (int32_t cx = xa; cx <= xb; cx += step) {
+                    if (cx < x0 || cx > x1) continue;
+                    if (list.full()) {
+                        const double gx = pcops_grid_axis_gap(&g, 0, q[0], cx, cx);
+                        if ((byz + gx * gx) * PCOPS_GRID_SHRINK > (double)list.threshold())
+                            continue;
+                    }
+                    const int64_t cell = ((int64_t)cz * dy + cy) * dx + cx;
+                    const int32_t p1 = start[cell + 1];
+                    for (int32_t j = start[cell]; j < p1; ++j) {
+                        const T d = squared_distance(qx, qy, qz, pts[j]);
+                        list.offer(d, p.ids[j]);
+                    }
+                }
+            }
+        }
+        if (list.full() && (double)list.threshold() < pcops_grid_ring_bound(&g, q, c, r)) break;
+    }
+}
+
+// One thread per query (B * M threads).
+template <typename T, int K>
+__global__ void __launch_bounds__(kThreads)
+knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __restrict__ pts,
+                T* __restrict__ out_d, int64_t* __restrict__ out_i) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= p.B * p.M) return;
+    const int64_t b = t / p.M, m = t % p.M;
+    const int64_t row = t * p.k;
+    const T* q = query + t * 3;
+    if constexpr (K > 0) {
+        GridRegisterList<T, K> list;
+        list.init(p.k);
+        if (m < pcops_valid_length(p.query_lengths, b, p.M))
+            grid_walk<T>(p, b, pts, q[0], q[1], q[2], list);
+        list.finish(out_d + row, out_i + row, p.k);
+    } else {
+        const int64_t L = pcops_valid_length(p.ref_lengths, b, p.N);
+        GridHeapList<T> list{{HeapTraits<T>::global(out_d, out_i, row)}, 0,
+                             (int64_t)p.k < L ? (int64_t)p.k : L, T(INFINITY)};
+        if (list.cap > 0 && m < pcops_valid_length(p.query_lengths, b, p.M))
+            grid_walk<T>(p, b, pts, q[0], q[1], q[2], list);
+        list.finish(out_d + row, out_i + row, p.k);
+    }
+}
+
+// Cells per cloud of the grid path: about max(1, k / 4) refs per cell (kernels/knn.c does the
+// same on the CPU, refined there by occupancy).
+int64_t grid_cells(int64_t N, int64_t K) {
+    const int64_t per_cell = K / 4 > 1 ? K / 4 : 1;
+    return pcops_grid_budget(N, 2.0 / (double)per_cell);
+}
+
+template <typename T>
+cudaError_t launch_grid(const pcops_knn_cuda_plan& plan, const T* query, const T* ref,
+                        const int64_t* query_lengths, const int64_t* ref_lengths,
+                        void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
+    pcops_grid_cuda::Scratch<T> s;
+    pcops_grid_cuda::carve<T>(workspace, plan.B, plan.N, plan.cells, &s);
+    cudaError_t err = pcops_grid_cuda::build<T>(ref, ref_lengths, plan.B, plan.N, plan.cells, 0.0,
+                                                s, stream);
+    if (err != cudaSuccess) return err;
+    GridParams p{query_lengths, ref_lengths, plan.B, plan.M, plan.N, plan.cells, (int)plan.K,
+                 s.grids, s.start, s.vals_out};
+    const int64_t blocks = (plan.B * plan.M + kThreads - 1) / kThreads;
+    if (blocks > INT_MAX) return cudaErrorInvalidValue;
+    const unsigned g = (unsigned)blocks;
+    switch (plan.K > MaxRegisterK<T>::value ? 0 : register_bucket(plan.K)) {
+        case 1: knn_grid_kernel<T, 1><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx); break;
+        case 4: knn_grid_kernel<T, 4><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx); break;
+        case 8: knn_grid_kernel<T, 8><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx); break;
+        case 16: knn_grid_kernel<T, 16><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx); break;
+        case 32: knn_grid_kernel<T, 32><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx); break;
+        case 64: knn_grid_kernel<T, 64><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx); break;
+        default: knn_grid_kernel<T, 0><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx); break;
+    }
+    return cudaGetLastError();
+}
+
+// ------------------------------------------------------------------------------------------
+// the plan
+
+size_t scalar_bytes(pcops_dtype dtype) { return dtype == PCOPS_FLOAT64 ? 8 : 4; }
+
+cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_t K,
+                      pcops_search_variant variant, pcops_knn_cuda_plan* plan) {
+    if (!plan) return cudaErrorInvalidValue;
+    *plan = pcops_knn_cuda_plan{};
+    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return cudaErrorInvalidValue;
+    if (B < 0 || M < 0 || N < 0 || K < 1 || M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return cudaErrorInvalidValue;
     DeviceInfo info;
     cudaError_t err = device_info(&info);
     if (err != cudaSuccess) return err;
+    plan->dtype = dtype;
+    plan->B = B;
+    plan->M = M;
+    plan->N = N;
+    plan->K = K;
+    plan->device = info.device;
+    plan->sms = info.sms;
+    plan->smem_optin = info.smem_optin;
+    const int64_t max_reg = 64;
+    // the grid's keys b * C + cell are int32
+    const int64_t cells = grid_cells(N, K);
+    const bool grid_ok = B * (cells + 1) < INT_MAX && B * N < INT_MAX;
+    // AUTO, from one H100 run (BENCHMARKS.md, issue-8 rows): the grid from N = 2048 up while
+    // k <= 32, from N = 16384 up for 32 < k <= 64 (at N = 4096, k = 64 the brute force was as
+    // fast); the brute force below (at N = 1024, k = 32 it was 2x faster).
+    if (variant == PCOPS_SEARCH_AUTO)
+        variant = K <= max_reg && 8 * K <= N && (N >= 16384 || (N >= 2048 && K <= 32))
+                      ? PCOPS_SEARCH_GRID
+                      : PCOPS_SEARCH_BRUTE;
+    if (variant == PCOPS_SEARCH_GRID && !grid_ok) variant = PCOPS_SEARCH_BRUTE;
+    if (variant == PCOPS_SEARCH_BRUTE && K > max_reg) variant = PCOPS_SEARCH_BRUTE_HEAP;
+    if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_HEAP)
+        variant = PCOPS_SEARCH_BRUTE;
+    plan->variant = variant;
+    plan->splits = 1;
+    if (B == 0 || M == 0) return cudaSuccess;
+    if (variant == PCOPS_SEARCH_GRID) {
+        plan->cells = cells;
+        plan->workspace_bytes =
+            dtype == PCOPS_FLOAT32
+                ? pcops_grid_cuda::carve<float>(nullptr, B, N, cells, nullptr)
+                : pcops_grid_cuda::carve<double>(nullptr, B, N, cells, nullptr);
+    } else if (variant == PCOPS_SEARCH_BRUTE) {
+        plan->splits = choose_splits(B, M, N, K, info.sms);
+        if (plan->splits > 1)
+            // part_d [B,S,M,K] T, then part_i [B,S,M,K] int (T is 4 or 8 bytes: int aligned)
+            plan->workspace_bytes =
+                (size_t)(B * plan->splits * M * K) * (scalar_bytes(dtype) + sizeof(int));
+    }
+    return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t launch_knn(const pcops_knn_cuda_plan& plan, const T* query, const T* ref,
+                       const int64_t* query_lengths, const int64_t* ref_lengths,
+                       void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
+    if (plan.workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
+    if (plan.variant == PCOPS_SEARCH_GRID)
+        return launch_grid<T>(plan, query, ref, query_lengths, ref_lengths, workspace, dist2, idx,
+                              stream);
+    DeviceInfo info;
+    info.device = plan.device;
+    info.sms = plan.sms;
+    info.smem_optin = plan.smem_optin;
+    const int64_t B = plan.B, M = plan.M, N = plan.N, K = plan.K;
     KnnParams p{};
     p.query_lengths = query_lengths;
     p.ref_lengths = ref_lengths;
     p.M = M;
     p.N = N;
     p.k = (int)K;
-    if (K > MaxRegisterK<T>::value || heap_forced()) {
+    if (plan.variant == PCOPS_SEARCH_BRUTE_HEAP) {
         p.splits = 1;
         p.split_len = N;
         return launch_heap(query, ref, p, B, info, dist2, idx, stream);
     }
-    p.splits = (int)choose_splits(B, M, N, K, info.sms);
+    p.splits = (int)plan.splits;
     p.split_len = (N + p.splits - 1) / p.splits;
-    if (p.splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
     switch (register_bucket(K)) {
         case 1: return launch_registers<T, 1>(query, ref, p, B, workspace, dist2, idx, stream);
         case 4: return launch_registers<T, 4>(query, ref, p, B, workspace, dist2, idx, stream);
@@ -601,35 +849,28 @@ cudaError_t launch_knn(const T* query, const T* ref, const int64_t* query_length
 
 }  // namespace
 
-extern "C" size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M,
-                                                 int64_t N, int64_t K) {
-    DeviceInfo info;
-    if (device_info(&info) != cudaSuccess) return 0;
-    switch (dtype) {
-        case PCOPS_FLOAT32: return workspace_bytes<float>(B, M, N, K, info);
-        case PCOPS_FLOAT64: return workspace_bytes<double>(B, M, N, K, info);
-        default: return 0;
-    }
+extern "C" cudaError_t pcops_knn_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M,
+                                                int64_t N, int64_t K,
+                                                pcops_search_variant variant,
+                                                pcops_knn_cuda_plan* plan) {
+    return make_plan(dtype, B, M, N, K, variant, plan);
 }
 
-extern "C" cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
-                                      const int64_t* query_lengths, const int64_t* ref_lengths,
-                                      int64_t B, int64_t M, int64_t N, int64_t K,
-                                      void* workspace, void* dist2, int64_t* idx,
-                                      cudaStream_t stream) {
-    // Indices inside a cloud are int; k is an int.
-    if (B < 0 || M < 0 || N < 0 || K < 1 || M > INT_MAX || N > INT_MAX || K > INT_MAX)
-        return cudaErrorInvalidValue;
-    if (B == 0 || M == 0) return cudaSuccess;
+extern "C" cudaError_t pcops_knn_cuda_run(const pcops_knn_cuda_plan* plan, const void* query,
+                                          const void* ref, const int64_t* query_lengths,
+                                          const int64_t* ref_lengths, void* workspace,
+                                          void* dist2, int64_t* idx, cudaStream_t stream) {
+    if (!plan) return cudaErrorInvalidValue;
+    if (plan->B == 0 || plan->M == 0) return cudaSuccess;
     cudaError_t err;
-    switch (dtype) {
+    switch (plan->dtype) {
         case PCOPS_FLOAT32:
-            err = launch_knn((const float*)query, (const float*)ref, query_lengths, ref_lengths,
-                             B, M, N, K, workspace, (float*)dist2, idx, stream);
+            err = launch_knn(*plan, (const float*)query, (const float*)ref, query_lengths,
+                             ref_lengths, workspace, (float*)dist2, idx, stream);
             break;
         case PCOPS_FLOAT64:
-            err = launch_knn((const double*)query, (const double*)ref, query_lengths,
-                             ref_lengths, B, M, N, K, workspace, (double*)dist2, idx, stream);
+            err = launch_knn(*plan, (const double*)query, (const double*)ref, query_lengths,
+                             ref_lengths, workspace, (double*)dist2, idx, stream);
             break;
         default:
             return cudaErrorInvalidValue;
@@ -638,4 +879,23 @@ extern "C" cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, cons
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
 #endif
     return err;
+}
+
+extern "C" size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M,
+                                                 int64_t N, int64_t K) {
+    pcops_knn_cuda_plan plan;
+    if (make_plan(dtype, B, M, N, K, PCOPS_SEARCH_AUTO, &plan) != cudaSuccess) return 0;
+    return plan.workspace_bytes;
+}
+
+extern "C" cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                                      const int64_t* query_lengths, const int64_t* ref_lengths,
+                                      int64_t B, int64_t M, int64_t N, int64_t K,
+                                      void* workspace, void* dist2, int64_t* idx,
+                                      cudaStream_t stream) {
+    pcops_knn_cuda_plan plan;
+    const cudaError_t err = make_plan(dtype, B, M, N, K, PCOPS_SEARCH_AUTO, &plan);
+    if (err != cudaSuccess) return err;
+    return pcops_knn_cuda_run(&plan, query, ref, query_lengths, ref_lengths, workspace, dist2,
+                              idx, stream);
 }

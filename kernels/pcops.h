@@ -125,6 +125,29 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
                            int64_t M, int64_t N, int64_t K, void* dist2, int64_t* idx);
 
+/* Search variants of kNN and ball query. Every variant returns the same result, bit for bit;
+ * tests and benchmarks force one, AUTO chooses by size. BRUTE scans every valid ref (the
+ * reference; needs no workspace); GRID bins the refs of each cloud into a uniform grid
+ * (kernels/grid.h) and visits only cells that can hold a result; BRUTE_HEAP (CUDA kNN only;
+ * BRUTE elsewhere) is the brute force with a per-thread heap for every k. */
+typedef enum pcops_search_variant {
+    PCOPS_SEARCH_AUTO = 0,
+    PCOPS_SEARCH_BRUTE = 1,
+    PCOPS_SEARCH_GRID = 2,
+    PCOPS_SEARCH_BRUTE_HEAP = 3,
+} pcops_search_variant;
+
+/* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is
+ * pcops_knn_cpu_workspace_bytes(...) of the same arguments; 0 bytes (NULL allowed) for BRUTE
+ * and wherever AUTO picks it. */
+size_t pcops_knn_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                     int64_t K, pcops_search_variant variant);
+pcops_status pcops_knn_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+                                   const int64_t* query_lengths, const int64_t* ref_lengths,
+                                   int64_t B, int64_t M, int64_t N, int64_t K,
+                                   pcops_search_variant variant, void* workspace, void* dist2,
+                                   int64_t* idx);
+
 /* ------------------------------------------------------------------------------------------
  * Ball query (kernels/ball_query.c, kernels/ball_query.cu)
  *
@@ -139,6 +162,17 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
                                   const int64_t* query_lengths, const int64_t* ref_lengths,
                                   int64_t B, int64_t M, int64_t N, double radius2, int64_t S,
                                   int64_t* idx, int64_t* count);
+
+/* Ball query with a chosen variant (pcops_ball_query_cpu is BRUTE); workspace as for kNN. */
+size_t pcops_ball_query_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                            double radius2, int64_t S,
+                                            pcops_search_variant variant);
+pcops_status pcops_ball_query_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+                                          const int64_t* query_lengths,
+                                          const int64_t* ref_lengths, int64_t B, int64_t M,
+                                          int64_t N, double radius2, int64_t S,
+                                          pcops_search_variant variant, void* workspace,
+                                          int64_t* idx, int64_t* count);
 
 /* ------------------------------------------------------------------------------------------
  * Group (kernels/group.c, kernels/group.cu)
@@ -249,6 +283,27 @@ cudaError_t pcops_fps_cuda_run(const pcops_fps_cuda_plan* plan, pcops_dtype dtyp
  * many refs); its size (0 for most calls) depends on the current device's SM count. */
 size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
                                       int64_t K);
+/* The launch plan of a kNN call: made once from the sizes, the current device and a variant
+ * (AUTO: by size); says what runs and how much workspace it needs (allocate
+ * plan.workspace_bytes, then run the plan). pcops_knn_cuda_workspace_bytes / pcops_knn_cuda
+ * are the same with AUTO. No host synchronisation: the GRID path sizes its cells from N and k
+ * and computes boxes and cell sizes on the device. */
+typedef struct pcops_knn_cuda_plan {
+    pcops_dtype dtype;
+    int64_t B, M, N, K;
+    pcops_search_variant variant; /* what runs: BRUTE, BRUTE_HEAP or GRID */
+    int64_t splits;               /* BRUTE: ref ranges per query */
+    int64_t cells;                /* GRID: cell budget per cloud */
+    size_t workspace_bytes;
+    int device, sms, smem_optin;
+} pcops_knn_cuda_plan;
+cudaError_t pcops_knn_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                     int64_t K, pcops_search_variant variant,
+                                     pcops_knn_cuda_plan* plan);
+cudaError_t pcops_knn_cuda_run(const pcops_knn_cuda_plan* plan, const void* query,
+                               const void* ref, const int64_t* query_lengths,
+                               const int64_t* ref_lengths, void* workspace, void* dist2,
+                               int64_t* idx, cudaStream_t stream);
 cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref,
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
                            int64_t M, int64_t N, int64_t K, void* workspace, void* dist2,
@@ -258,6 +313,25 @@ cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* query, const vo
                                   const int64_t* query_lengths, const int64_t* ref_lengths,
                                   int64_t B, int64_t M, int64_t N, double radius2, int64_t S,
                                   int64_t* idx, int64_t* count, cudaStream_t stream);
+/* Ball query with a plan (pcops_ball_query_cuda is BRUTE, no workspace): made once from the
+ * sizes and a variant (AUTO: by size); allocate plan.workspace_bytes and run it. No host
+ * synchronisation (the grid's cells come from N; boxes and cell sizes from the device). */
+typedef struct pcops_ball_query_cuda_plan {
+    pcops_dtype dtype;
+    int64_t B, M, N, S;
+    double radius2;
+    pcops_search_variant variant; /* what runs: BRUTE or GRID */
+    int64_t cells;                /* GRID: cell budget per cloud */
+    size_t workspace_bytes;
+} pcops_ball_query_cuda_plan;
+cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                            double radius2, int64_t S,
+                                            pcops_search_variant variant,
+                                            pcops_ball_query_cuda_plan* plan);
+cudaError_t pcops_ball_query_cuda_run(const pcops_ball_query_cuda_plan* plan, const void* query,
+                                      const void* ref, const int64_t* query_lengths,
+                                      const int64_t* ref_lengths, void* workspace, int64_t* idx,
+                                      int64_t* count, cudaStream_t stream);
 
 cudaError_t pcops_group_cuda(pcops_dtype dtype, const void* features, const int64_t* idx,
                              int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out,

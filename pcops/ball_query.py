@@ -25,7 +25,8 @@ def ball_query(
     that). Slots past the number found repeat the first neighbour, so ``pcops.group`` needs no
     mask; a query with no neighbour (or past ``query_lengths[b]``) gets -1 in every slot, never
     a valid-looking index 0. Points near the origin are neighbours like any other. CPU and CUDA
-    return the same indices.
+    return the same indices. Large clouds are searched through a uniform grid of the refs
+    (same result as the brute force, bit for bit).
 
     Args:
         query: ``[B, M, 3]`` centres, float32/float64/float16/bfloat16 (half types compute in
@@ -57,8 +58,19 @@ def ball_query(
     return (idx, count) if return_count else idx
 
 
+# Search variants of the internal `variant` argument (kernels/pcops.h, pcops_search_variant).
+VARIANTS = {"auto": 0, "brute": 1, "grid": 2}
+
+
+def _ball_query_variant(query, ref, radius, nsample, query_lengths=None, ref_lengths=None, variant="auto"):
+    """pcops.ball_query (idx, count) with a forced search path (tests, benchmarks)."""
+    return torch.ops.pcops.ball_query.default(
+        query, ref, radius, nsample, query_lengths, ref_lengths, VARIANTS[variant]
+    )
+
+
 @torch.library.register_fake("pcops::ball_query")
-def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
+def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None, variant=0):
     torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref differ in B")

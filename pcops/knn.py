@@ -23,6 +23,11 @@ def knn(
     (float32 for half types), with no FMA contraction; a ref whose distance is not finite is
     never a neighbour.
 
+    Large clouds are searched through a uniform grid of the refs (CPU and CUDA), small ones by
+    brute force; both return the same bits. On CUDA no path synchronises with the host (the
+    grid's box and cell sizes are computed on the device), so calls can be captured in a CUDA
+    graph with fixed shapes.
+
     Args:
         query: ``[B, M, 3]`` query points, float32/float64/float16/bfloat16, on the CPU or CUDA;
             need not be contiguous. A ``[M, 3]`` tensor (with a ``[N, 3]`` ``ref`` and no
@@ -52,8 +57,18 @@ def knn(
     return torch.ops.pcops.knn.default(query, ref, k, query_lengths, ref_lengths)
 
 
+# Search variants of the internal `variant` argument (kernels/pcops.h, pcops_search_variant):
+# every one returns the same bits; tests and benchmarks force one, 0 chooses by size.
+VARIANTS = {"auto": 0, "brute": 1, "grid": 2, "heap": 3}
+
+
+def _knn_variant(query, ref, k, query_lengths=None, ref_lengths=None, variant="auto"):
+    """pcops.knn on batched inputs with a forced search path (tests, benchmarks)."""
+    return torch.ops.pcops.knn.default(query, ref, k, query_lengths, ref_lengths, VARIANTS[variant])
+
+
 @torch.library.register_fake("pcops::knn")
-def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None):
+def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None, variant=0):
     torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref must have one batch size")
@@ -64,7 +79,7 @@ def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None):
 
 
 def _knn_setup_context(ctx, inputs, output):
-    query, ref, _k, _query_lengths, _ref_lengths = inputs
+    query, ref = inputs[0], inputs[1]
     _dist2, idx = output
     ctx.mark_non_differentiable(idx)
     ctx.num_ref = ref.shape[1]
@@ -78,7 +93,7 @@ def _knn_backward(ctx, grad_dist2, _grad_idx):
     (idx -1, dist2 +inf) contribute nothing."""
     need_query, need_ref = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if grad_dist2 is None or not (need_query or need_ref):
-        return None, None, None, None, None
+        return None, None, None, None, None, None
     query, ref, idx = ctx.saved_tensors
     work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
     q, r = query.to(work), ref.to(work)
@@ -91,7 +106,7 @@ def _knn_backward(ctx, grad_dist2, _grad_idx):
     if need_ref:
         grad_ref = torch.ops.pcops.group_backward.default(-contrib, idx, ctx.num_ref)
         grad_ref = grad_ref.to(ref.dtype)
-    return grad_query, grad_ref, None, None, None
+    return grad_query, grad_ref, None, None, None, None
 
 
 torch.library.register_autograd("pcops::knn", _knn_backward, setup_context=_knn_setup_context)

@@ -449,17 +449,16 @@ def test_cuda_global_heap_small(cuda, gen):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_cuda_heap_variant_for_small_k(cuda, gen, monkeypatch, dtype):
-    """PCOPS_KNN_VARIANT=heap (a benchmark switch) sends small k to the heap kernel too: the
-    same bits as the CPU (and as the register kernels)."""
+def test_cuda_heap_variant_for_small_k(cuda, gen, dtype):
+    """The internal variant 3 (brute-force heap) sends small k to the heap kernel too, variant 1
+    to the register kernels: the same bits as the CPU."""
     query = clustered_points(3, 300, gen, dtype=dtype, clusters=8)
     ref = torch.cat([clustered_points(3, 400, gen, dtype=dtype, clusters=8), rand_points(3, 600, gen, dtype=dtype)], 1)
     r_lens = torch.tensor([1000, 3, 0])
     for k in (1, 16, 64):
-        (d_cpu, i_cpu), (d_reg, i_reg) = _cpu_and_cuda(query, ref, k, None, r_lens)
-        monkeypatch.setenv("PCOPS_KNN_VARIANT", "heap")
-        d_heap, i_heap = knn_op(query.cuda(), ref.cuda(), k, None, r_lens.cuda())
-        monkeypatch.delenv("PCOPS_KNN_VARIANT")
+        d_cpu, i_cpu = knn_op(query, ref, k, None, r_lens)
+        d_reg, i_reg = knn_op(query.cuda(), ref.cuda(), k, None, r_lens.cuda(), 1)
+        d_heap, i_heap = knn_op(query.cuda(), ref.cuda(), k, None, r_lens.cuda(), 3)
         assert_equal(i_heap, i_cpu, what=f"idx, heap, k={k}")
         assert_equal(d_heap, d_cpu, what=f"dist2, heap, k={k}")
         assert_equal(i_reg, i_cpu, what=f"idx, registers, k={k}")
