@@ -129,10 +129,13 @@ WITH_CUDA = CUDA_HOME is not None
 PY_LIMITED_API = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 6)
 
 # C++ and CUDA get the language standard torch asks for (C++17 or C++20) from cpp_extension.
-C_FLAGS = ["-std=c11", "-fPIC", "-fopenmp", "-ffp-contract=off", "-Wall", "-Wextra"]
+# No contraction flags: kernels/geometry.h rounds every product and sum of a distance itself, so
+# CPU and CUDA agree bit for bit whatever -ffp-contract / -fmad say (C is ISO C11: GCC's GNU
+# mode would contract, and geometry.h refuses it).
+C_FLAGS = ["-std=c11", "-fPIC", "-fopenmp", "-Wall", "-Wextra"]
 C_FLAGS += ["-O0", "-g"] if DEBUG else ["-O3"]
-CXX_FLAGS = ["-ffp-contract=off"] + (["-O0", "-g"] if DEBUG else ["-O3"])
-NVCC_FLAGS = ["-fmad=false", "-lineinfo"] + (["-O0", "-g"] if DEBUG else ["-O3"])
+CXX_FLAGS = ["-O0", "-g"] if DEBUG else ["-O3"]
+NVCC_FLAGS = ["-lineinfo"] + (["-O0", "-g"] if DEBUG else ["-O3"])
 DEFINES = ["-DPCOPS_DEBUG_SYNC"] if DEBUG else []
 if WITH_CUDA:
     DEFINES.append("-DPCOPS_WITH_CUDA")

@@ -31,26 +31,20 @@ struct BallQueryCall {
 BallQueryCall prepare(const at::Tensor& query, const at::Tensor& ref, double radius,
                       int64_t nsample, const std::optional<at::Tensor>& query_lengths,
                       const std::optional<at::Tensor>& ref_lengths) {
-    check_float_tensor(kOp, "query", query, 3, 3, "[B, M, 3]");
-    check_float_tensor(kOp, "ref", ref, 3, 3, "[B, N, 3]");
-    check_float_dtype(kOp, "query", query);
-    check_same_device(kOp, "ref", ref, "query", query);
-    TORCH_CHECK_TYPE(ref.scalar_type() == query.scalar_type(), "pcops.", kOp,
-                     ": argument 'ref' must have the dtype of 'query' (",
-                     c10::toString(query.scalar_type()), "), got ", describe(ref));
-    check_size(kOp, "ref", ref, 0, query.size(0), "the batch size B of 'query'");
+    QueryRef q = check_query_ref(kOp, query, ref, query_lengths, ref_lengths);
     check_radius(kOp, "radius", radius);
     check_positive(kOp, "nsample", nsample);
+    check_output_elements(kOp, "nsample", {q.B, q.M, nsample}, 8, query);
     BallQueryCall c;
-    c.B = query.size(0);
-    c.M = query.size(1);
-    c.N = ref.size(1);
+    c.B = q.B;
+    c.M = q.M;
+    c.N = q.N;
     c.nsample = nsample;
     c.radius2 = radius * radius;
-    c.query_lengths = check_lengths(kOp, "query_lengths", query_lengths, c.B, c.M, query, "M");
-    c.ref_lengths = check_lengths(kOp, "ref_lengths", ref_lengths, c.B, c.N, query);
-    c.query = to_compute_dtype(query);
-    c.ref = to_compute_dtype(ref);
+    c.query_lengths = q.query_lengths;
+    c.ref_lengths = q.ref_lengths;
+    c.query = q.query;
+    c.ref = q.ref;
     c.idx = at::empty({c.B, c.M, nsample}, query.options().dtype(at::kLong));
     c.count = at::empty({c.B, c.M}, query.options().dtype(at::kLong));
     return c;

@@ -5,7 +5,7 @@
  * query[B,M,3], ref[B,N,3] -> idx[B,M,S] (int64), count[B,M] (int64).
  *
  * Same contract and arithmetic as ball_query.c: the first S valid refs in index order with
- * d = (dx*dx + dy*dy) + dz*dz < (T)radius2 (dx = ref - query, no FMA contraction), empty slots
+ * d = pcops_dist2(ref, query) < (T)radius2 (geometry.h: no FMA contraction), empty slots
  * repeating the first neighbour, -1 everywhere (count 0) for a query with no neighbour and for
  * an invalid query. CPU and CUDA return the same indices.
  *
@@ -41,6 +41,15 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;  // also the tile length in refs
 constexpr unsigned kFullMask = 0xffffffffu;
+
+// geometry.h's squared distance (a - b, the CPU's bits), by type.
+__device__ __forceinline__ float dist2(float ax, float ay, float az, float bx, float by, float bz) {
+    return pcops_dist2_f32(ax, ay, az, bx, by, bz);
+}
+__device__ __forceinline__ double dist2(double ax, double ay, double az, double bx, double by,
+                                        double bz) {
+    return pcops_dist2_f64(ax, ay, az, bx, by, bz);
+}
 
 // ------------------------------------------------------------------------------------------
 // CUDA kernels
@@ -94,10 +103,7 @@ ball_query_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                 const int j = c + lane;
                 bool hit = false;
                 if (j < tile_len) {  // only entries written for this tile are read
-                    const T dx = tile_x[j] - qx;
-                    const T dy = tile_y[j] - qy;
-                    const T dz = tile_z[j] - qz;
-                    const T d = dx * dx + dy * dy + dz * dz;  // -fmad=false: as on the CPU
+                    const T d = dist2(tile_x[j], tile_y[j], tile_z[j], qx, qy, qz);
                     hit = d < radius2;                         // NaN is never a neighbour
                 }
                 const unsigned ballot = __ballot_sync(kFullMask, hit);
@@ -144,15 +150,9 @@ cudaError_t launch_ball_query(const T* query, const T* ref, const int64_t* query
 
 using pcops_grid_cuda::Point4;
 
-__device__ __forceinline__ float grid_dist2(float qx, float qy, float qz, const Point4<float>& r) {
-    const float dx = __fsub_rn(r.x, qx), dy = __fsub_rn(r.y, qy), dz = __fsub_rn(r.z, qz);
-    return __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
-}
-
-__device__ __forceinline__ double grid_dist2(double qx, double qy, double qz,
-                                             const Point4<double>& r) {
-    const double dx = __dsub_rn(r.x, qx), dy = __dsub_rn(r.y, qy), dz = __dsub_rn(r.z, qz);
-    return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
+template <typename T>
+__device__ __forceinline__ T grid_dist2(T qx, T qy, T qz, const Point4<T>& r) {
+    return dist2(r.x, r.y, r.z, qx, qy, qz);
 }
 
 // Max-heap of indices in a query's output row.
@@ -310,25 +310,12 @@ extern "C" cudaError_t pcops_ball_query_cuda_run(const pcops_ball_query_cuda_pla
                                      plan->M, plan->N, plan->radius2, plan->S, idx, count, stream);
     if (plan->B == 0 || plan->M == 0) return cudaSuccess;
     if (workspace == nullptr) return cudaErrorInvalidValue;
-    cudaError_t err;
-    switch (plan->dtype) {
-        case PCOPS_FLOAT32:
-            err = launch_ball_query_grid(*plan, (const float*)query, (const float*)ref,
+    return pcops_dispatch_float(plan->dtype, stream, [&](auto zero) {
+        using T = decltype(zero);
+        return launch_ball_query_grid(*plan, (const T*)query, (const T*)ref,
                                          query_lengths, ref_lengths, workspace, idx, count,
                                          stream);
-            break;
-        case PCOPS_FLOAT64:
-            err = launch_ball_query_grid(*plan, (const double*)query, (const double*)ref,
-                                         query_lengths, ref_lengths, workspace, idx, count,
-                                         stream);
-            break;
-        default:
-            return cudaErrorInvalidValue;
-    }
-#ifdef PCOPS_DEBUG_SYNC
-    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-#endif
-    return err;
+    });
 }
 
 
@@ -339,21 +326,9 @@ extern "C" cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* quer
                                              int64_t* count, cudaStream_t stream) {
     if (B < 0 || M < 0 || N < 0 || S < 1) return cudaErrorInvalidValue;
     if (B == 0 || M == 0) return cudaSuccess;
-    cudaError_t err;
-    switch (dtype) {
-        case PCOPS_FLOAT32:
-            err = launch_ball_query((const float*)query, (const float*)ref, query_lengths,
+    return pcops_dispatch_float(dtype, stream, [&](auto zero) {
+        using T = decltype(zero);
+        return launch_ball_query((const T*)query, (const T*)ref, query_lengths,
                                     ref_lengths, B, M, N, radius2, S, idx, count, stream);
-            break;
-        case PCOPS_FLOAT64:
-            err = launch_ball_query((const double*)query, (const double*)ref, query_lengths,
-                                    ref_lengths, B, M, N, radius2, S, idx, count, stream);
-            break;
-        default:
-            return cudaErrorInvalidValue;
-    }
-#ifdef PCOPS_DEBUG_SYNC
-    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-#endif
-    return err;
+    });
 }

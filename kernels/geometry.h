@@ -16,9 +16,9 @@
  * How to use it (for every kernel file):
  *   - #include "geometry.h" (it includes nothing from torch; common.h is now a shim for it).
  *   - Distances: d = pcops_dist2_f32(ax, ay, az, bx, by, bz) (or _f64, or _xy_ for circle NMS)
- *     instead of writing dx*dx + dy*dy + dz*dz. Do not rely on -fmad=false or
- *     -ffp-contract=off any more: the lead removes them from setup.py once every kernel calls
- *     these functions. (a - b) and (b - a) give the same bits, so the argument order is free.
+ *     instead of writing dx*dx + dy*dy + dz*dz. The build passes no -fmad=false or
+ *     -ffp-contract=off: these functions are the only guarantee, so every kernel calls them.
+ *     (a - b) and (b - a) give the same bits, so the argument order is free.
  *   - Keys: pcops_key_greater_{f32,f64}(da, ia, db, ib) is the order; pcops_key_pack_f32 /
  *     pcops_key_dist_f32 / pcops_key_index pack a float32 entry into one uint64 whose integer
  *     order is the key order (dist2 >= +0, idx in [0, 2**32)).

@@ -68,17 +68,14 @@ struct MaxRegisterK<double> {
 
 using pcops_grid_cuda::Point4;
 
-// (q - r) . (q - r) evaluated as (dx*dx + dy*dy) + dz*dz with round-to-nearest operations that
-// the compiler may not contract into FMAs: the CPU (-ffp-contract=off) computes the same bits.
+// The squared distance of geometry.h (the one the CPU computes, bit for bit).
 __device__ __forceinline__ float squared_distance(float qx, float qy, float qz, const Point4<float>& r) {
-    const float dx = __fsub_rn(qx, r.x), dy = __fsub_rn(qy, r.y), dz = __fsub_rn(qz, r.z);
-    return __fadd_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)), __fmul_rn(dz, dz));
+    return pcops_dist2_f32(qx, qy, qz, r.x, r.y, r.z);
 }
 
 __device__ __forceinline__ double squared_distance(double qx, double qy, double qz,
                                                    const Point4<double>& r) {
-    const double dx = __dsub_rn(qx, r.x), dy = __dsub_rn(qy, r.y), dz = __dsub_rn(qz, r.z);
-    return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz));
+    return pcops_dist2_f64(qx, qy, qz, r.x, r.y, r.z);
 }
 
 // The sorted list of one thread in registers: d[0] <= d[1] <= ... <= d[K-1], ties in index
@@ -862,23 +859,11 @@ extern "C" cudaError_t pcops_knn_cuda_run(const pcops_knn_cuda_plan* plan, const
                                           void* dist2, int64_t* idx, cudaStream_t stream) {
     if (!plan) return cudaErrorInvalidValue;
     if (plan->B == 0 || plan->M == 0) return cudaSuccess;
-    cudaError_t err;
-    switch (plan->dtype) {
-        case PCOPS_FLOAT32:
-            err = launch_knn(*plan, (const float*)query, (const float*)ref, query_lengths,
-                             ref_lengths, workspace, (float*)dist2, idx, stream);
-            break;
-        case PCOPS_FLOAT64:
-            err = launch_knn(*plan, (const double*)query, (const double*)ref, query_lengths,
-                             ref_lengths, workspace, (double*)dist2, idx, stream);
-            break;
-        default:
-            return cudaErrorInvalidValue;
-    }
-#ifdef PCOPS_DEBUG_SYNC
-    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-#endif
-    return err;
+    return pcops_dispatch_float(plan->dtype, stream, [&](auto zero) {
+        using T = decltype(zero);
+        return launch_knn(*plan, (const T*)query, (const T*)ref, query_lengths,
+                             ref_lengths, workspace, (T*)dist2, idx, stream);
+    });
 }
 
 extern "C" size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M,

@@ -44,16 +44,7 @@ def test_group_backward_output_too_large_names_num_points(gen):
         pcops.group_backward(grad_out, idx - 2, 10)
 
 
-# Ops whose bindings belong to other helpers (knn, fps): they call check_query_ref /
-# check_output_elements / check_points_per_cloud from bindings/utils.h. Strict xfail until
-# they do, so that the first passing run fails and the marker gets removed.
-PENDING = pytest.mark.xfail(strict=True, raises=(RuntimeError, AssertionError),
-                            reason="until bindings/{knn,ball_query,fps}.cpp call the size checks of bindings/utils.h")
-
-
-@pytest.mark.parametrize("op,arg", [pytest.param("knn", "k", marks=PENDING),
-                                    pytest.param("ball_query", "nsample", marks=PENDING),
-                                    ("furthest_point_sample", "npoint")])
+@pytest.mark.parametrize("op,arg", [("knn", "k"), ("ball_query", "nsample"), ("furthest_point_sample", "npoint")])
 def test_search_output_too_large(gen, op, arg):
     x = torch.rand(2, 5, 3)
     calls = {
@@ -69,12 +60,9 @@ def test_search_output_too_large(gen, op, arg):
 
 
 # More than 2**31 - 1 points in one cloud: an expanded [1, 2**31 + d, 3] tensor costs no
-# memory, but a binding that makes it contiguous before checking would copy 24 GiB, so these
-# run only once the bindings check first (the lead removes the skip at merge).
-PENDING_CLOUD = pytest.mark.skip(reason="until bindings/{knn,ball_query,fps}.cpp check points per cloud before copying")
+# memory: the bindings check the size before any contiguous copy (which would be 24 GiB).
 
 
-@PENDING_CLOUD
 @pytest.mark.parametrize("op", ["knn", "ball_query"])
 def test_query_ref_cloud_too_large(gen, op):
     n = 2**31 + int(torch.randint(0, 1000, (1,), generator=gen))
