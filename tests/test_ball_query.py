@@ -292,7 +292,7 @@ def _bad_cases(device):
 
 
 @pytest.mark.parametrize("case", range(20))
-def test_bad_inputs_raise(device, case):
+def test_bad_inputs_raise(device, case, debug_checks):
     cases = _bad_cases(device)
     if case >= len(cases):
         pytest.skip("no float8 in this torch")

@@ -381,7 +381,7 @@ def _bad_cases(device):
 
 
 @pytest.mark.parametrize("case", range(19))
-def test_bad_inputs_raise(device, case):
+def test_bad_inputs_raise(device, case, debug_checks):
     args, exc, pattern = _bad_cases(device)[case]
     with pytest.raises(exc, match=r"pcops\.knn: .*" + pattern):
         knn_op(*args)
