@@ -7,11 +7,17 @@
   to write shows up instead of passing as a stale value.
 - `device` parametrisations run on "cpu" and, where a GPU and a CUDA build exist, "cuda"; the
   cuda ones get the `cuda` marker, so the GPU script can select them with -m cuda.
+- torch.compile gets an on-disk cache of its own, new for each run (unless
+  TORCHINDUCTOR_CACHE_DIR is set): Inductor's FX graph cache does not key on the schemas of
+  custom ops, so a cache written by an older pcops build replays calls with the old arguments
+  (seen when furthest_point_sample lost its random_start argument).
 """
 import os
 import random
+import tempfile
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="pcops-tests-inductor-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
