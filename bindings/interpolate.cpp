@@ -38,14 +38,8 @@ InterpolateCall prepare(const at::Tensor& features, const at::Tensor& idx,
     check_size(kOp, "weight", weight, 0, c.B, "the batch size B of 'features'");
     check_size(kOp, "weight", weight, 1, c.M, "M, dimension 1 of 'idx'");
     check_size(kOp, "weight", weight, 2, c.K, "K, dimension 2 of 'idx'");
-    // Index values are checked on the CPU only: on CUDA a check costs a host synchronisation,
-    // and the kernel treats any index outside [0, N) as -1 (adds nothing).
-    if (idx.device().is_cpu() && idx.numel() > 0) {
-        auto [lo, hi] = value_range(idx);
-        TORCH_CHECK_VALUE(lo >= -1 && hi < c.N, "pcops.", kOp,
-                          ": argument 'idx' must hold values in [-1, N) = [-1, ", c.N,
-                          "), got values in [", lo, ", ", hi, "]");
-    }
+    check_output_elements(kOp, "idx", {c.B, c.M, c.C}, features.element_size(), features);
+    check_index_values(kOp, "idx", idx, -1, c.N, "[-1, N)");  // CPU; CUDA in debug mode
     c.features = to_compute_dtype(features);
     c.weight = to_compute_dtype(weight);
     c.idx = idx.contiguous();

@@ -49,8 +49,9 @@ def interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
     Args:
         features: ``[B, N, C]`` (channels last), float32/float64/float16/bfloat16 (half types
             compute in float32); need not be contiguous.
-        idx: int64 ``[B, M, K]`` in ``[-1, N)`` (checked on the CPU; on CUDA, to stay free of
-            host synchronisation, values outside ``[0, N)`` are not checked and add nothing).
+        idx: int64 ``[B, M, K]`` in ``[-1, N)`` (checked on the CPU; on CUDA only under
+            :func:`pcops.set_debug_checks`, to stay free of host synchronisation: values outside
+            ``[0, N)`` add nothing).
         weight: ``[B, M, K]``, the dtype of ``features``.
 
     Returns:

@@ -302,15 +302,7 @@ def _read_ply(path):
     what = f"element 'vertex' ({vertex.count} points)"
 
     if fmt == "ascii":
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                text = f.read().decode("ascii")
-        except UnicodeDecodeError:
-            _fail(path, "ASCII PLY data holds non-ASCII bytes")
-        except OSError as e:
-            _fail(path, f"cannot read: {e.strerror or e}")
-        body = [ln for ln in text.splitlines() if ln.strip()]
+        body = _ascii_data_lines(path, offset, "PLY")
         before = sum(e.count for e in elements[:vi])
         total = sum(e.count for e in elements)
         if len(body) < before + vertex.count:
@@ -411,19 +403,26 @@ def _pcd_dtype(fields):
     return np.dtype([(n, c) if k == 1 else (n, c, (k,)) for n, c, k in fields])
 
 
+def _ascii_data_lines(path, offset, fmt):
+    """The non-blank lines of an ASCII body that starts `offset` bytes into the file."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("ascii")
+    except UnicodeDecodeError:
+        _fail(path, f"ASCII {fmt} data holds non-ASCII bytes")
+    except OSError as e:
+        _fail(path, f"cannot read: {e.strerror or e}")
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
 def _read_pcd(path):
     lines, offset = _read_header(path, b"", b"DATA")
     fields, points, data = _parse_pcd_header(path, lines)
     dtype = _pcd_dtype(fields)
     what = f"the {points} points of the header"
     if data == "ascii":
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                text = f.read().decode("ascii")
-        except (UnicodeDecodeError, OSError) as e:
-            _fail(path, f"cannot read the ASCII PCD data ({e})")
-        body = [ln for ln in text.splitlines() if ln.strip()]
+        body = _ascii_data_lines(path, offset, "PCD")
         if len(body) < points:
             _fail(path, f"truncated data: the header declares {points} points, the file holds {len(body)} lines")
         if len(body) > points:

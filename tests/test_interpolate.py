@@ -129,6 +129,12 @@ def test_bad_inputs_raise_clear_errors(gen):
         pcops.interpolate(features[0], idx, weight)
     with pytest.raises(ValueError, match=r"pcops.interpolate: argument 'idx'"):
         pcops.interpolate(features, idx[:1], weight[:1])
+    # an output that cannot fit in memory: named before any allocation or value check (the
+    # expanded inputs are views that cost nothing and must not be read)
+    big_idx = torch.zeros(1, 1, 1, dtype=torch.long).expand(1, 2**33, 3)
+    big_w = torch.zeros(1, 1, 1).expand(1, 2**33, 3)
+    with pytest.raises(ValueError, match=r"pcops.interpolate: argument 'idx' asks for an output of shape \[1, 8589934592, 4096\]"):
+        pcops.interpolate(torch.zeros(1, 4, 4096), big_idx, big_w)
 
 
 def test_cpu_and_cuda_give_the_same_bits(cuda, gen):
