@@ -85,7 +85,7 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoin
                                             const std::optional<at::Tensor>& start,
                                             int64_t variant) {
     check_cuda_tensor(kOp, "xyz", xyz);
-    TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_GRID &&
+    TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_BUCKET &&
                           variant != PCOPS_FPS_TREE,
                       "pcops.", kOp, ": variant ", variant,
                       " does not exist on CUDA (0 = auto, 1 = simple, 3 = warp, 4 = block, "

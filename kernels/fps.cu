@@ -26,6 +26,10 @@
  *   GRID     a cooperative grid on one cloud at a time (huge single clouds): each block
  *            publishes its candidate in the workspace, one grid barrier per step, then every
  *            block reads them all.
+ *   BUCKET   a block per cloud, the points sorted into spatial buckets (cub sort on Morton
+ *            codes) with a box each; a step updates only the buckets the new sample can change
+ *            (a bucket whose box is as far as its largest temp keeps every temp), so late steps
+ *            touch a few buckets whatever the cloud's size. Large clouds.
  * Reductions use warp shuffles; candidate slots are double-buffered by step parity, so one
  * barrier per level and step suffices.
  *
@@ -33,6 +37,7 @@
  * the device once; pcops_fps_cuda_run launches it.
  */
 #include <cooperative_groups.h>
+#include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <climits>
@@ -391,6 +396,269 @@ fps_grid_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
 }
 
 // ------------------------------------------------------------------------------------------
+// BUCKET: the points of each cloud are sorted along a Morton curve (a cub radix sort on
+// (cloud, Morton code of the point in the cloud's box) keys, stable) and cut into buckets of
+// S = 32 * ppl consecutive sorted points, each with its bounding box and its farthest
+// (temp, index). One block per cloud; bucket k belongs to warp k % W, lane (k / W) % 32,
+// slot k / (32 W) of that lane (neighbouring buckets go to different warps). A step only
+// updates the buckets the new sample c can change: a bucket whose box is at squared distance
+// m >= its largest temp from c keeps every temp (each point's distance is >= m: the rounded
+// distance of kernels/geometry.h is monotone in |dx|, |dy|, |dz|), and its candidate. The
+// bucket that holds c (m == 0) is always updated (the chosen point's temp becomes -1), and so
+// is any bucket when m is NaN (non-finite c or box). Late in the run a step touches a few
+// buckets, so the cost of a step is the block's reduction, not the cloud's size.
+
+// A sorted point: coordinates and its index in the cloud (16 bytes for float).
+template <typename T>
+struct alignas(sizeof(T) == 4 ? 16 : 32) BucketPoint {
+    T x, y, z;
+    int idx;
+};
+
+// 10 bits of v spread to every third bit (bits 0, 3, ..., 27).
+__device__ __forceinline__ uint32_t spread_bits(uint32_t v) {
+    v &= 0x3ffu;
+    v = (v | (v << 16)) & 0x030000ffu;
+    v = (v | (v << 8)) & 0x0300f00fu;
+    v = (v | (v << 4)) & 0x030c30c3u;
+    v = (v | (v << 2)) & 0x09249249u;
+    return v;
+}
+
+// One block per cloud: the box of its valid finite points, as (lo, 1023.99 / largest extent)
+// into boxes[b * 4 .. b * 4 + 3] (scale 0 for an empty or flat box).
+template <typename T>
+__global__ void bucket_box_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
+                                  int64_t N, T* __restrict__ boxes) {
+    __shared__ T part[6][32];
+    const int64_t b = blockIdx.x;
+    const T* cloud = xyz + b * N * 3;
+    const int64_t L = pcops_valid_length(lengths, b, N);
+    T lo[3] = {T(INFINITY), T(INFINITY), T(INFINITY)}, hi[3] = {-T(INFINITY), -T(INFINITY), -T(INFINITY)};
+    for (int64_t n = threadIdx.x; n < L; n += blockDim.x) {
+        const T p[3] = {cloud[3 * n], cloud[3 * n + 1], cloud[3 * n + 2]};
+        if (!(isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]))) continue;
+        for (int a = 0; a < 3; ++a) {
+            lo[a] = fmin(lo[a], p[a]);
+            hi[a] = fmax(hi[a], p[a]);
+        }
+    }
+    for (int off = 16; off > 0; off /= 2)
+        for (int a = 0; a < 3; ++a) {
+            lo[a] = fmin(lo[a], __shfl_xor_sync(0xffffffffu, lo[a], off));
+            hi[a] = fmax(hi[a], __shfl_xor_sync(0xffffffffu, hi[a], off));
+        }
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    if (lane == 0)
+        for (int a = 0; a < 3; ++a) {
+            part[a][w] = lo[a];
+            part[3 + a][w] = hi[a];
+        }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int v = 1; v < warps; ++v)
+            for (int a = 0; a < 3; ++a) {
+                lo[a] = fmin(lo[a], part[a][v]);
+                hi[a] = fmax(hi[a], part[3 + a][v]);
+            }
+        T extent = 0;
+        for (int a = 0; a < 3; ++a) extent = hi[a] > lo[a] ? fmax(extent, hi[a] - lo[a]) : extent;
+        const bool ok = extent > 0 && isfinite(extent);
+        for (int a = 0; a < 3; ++a) boxes[b * 4 + a] = ok ? lo[a] : T(0);
+        boxes[b * 4 + 3] = ok ? T(1023.99) / extent : T(0);
+    }
+}
+
+// key[i] = (b << 32) | Morton code for the valid finite point i = b * N + n; non-finite points
+// after them (0xfffffffe), padding last (0xffffffff). vals[i] = n.
+template <typename T>
+__global__ void bucket_key_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
+                                  int64_t B, int64_t N, const T* __restrict__ boxes,
+                                  uint64_t* __restrict__ keys, int32_t* __restrict__ vals) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < B * N;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / N, n = i - b * N;
+        uint32_t code = 0xffffffffu;
+        if (n < pcops_valid_length(lengths, b, N)) {
+            const T* p = xyz + 3 * i;
+            const T* box = boxes + 4 * b;
+            code = 0xfffffffeu;
+            if (isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2])) {
+                uint32_t q[3];
+                for (int a = 0; a < 3; ++a) {
+                    const T v = (p[a] - box[a]) * box[3];  // in [0, 1024) for a finite point
+                    q[a] = v > T(0) ? (uint32_t)fmin(v, T(1023)) : 0u;
+                }
+                code = spread_bits(q[0]) | (spread_bits(q[1]) << 1) | (spread_bits(q[2]) << 2);
+            }
+        }
+        keys[i] = ((uint64_t)b << 32) | code;
+        vals[i] = (int32_t)n;
+    }
+}
+
+template <typename T>
+__global__ void bucket_gather_kernel(const T* __restrict__ xyz, int64_t B, int64_t N,
+                                     const int32_t* __restrict__ order,
+                                     BucketPoint<T>* __restrict__ pts) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < B * N;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / N;
+        const int n = order[i];
+        const T* p = xyz + (b * N + n) * 3;
+        pts[i] = {p[0], p[1], p[2], n};
+    }
+}
+
+// A bucket a lane keeps: its box [lo, hi] and its farthest (temp, index).
+template <typename T>
+struct Bucket {
+    T lx, ly, lz, hx, hy, hz;
+    Candidate<T> best;
+
+    // Squared distance from c to the box: the distance to the box's point nearest c, by the
+    // same formula as the points' distances (NaN when c or the box is not finite).
+    __device__ __forceinline__ T dist2_to(T cx, T cy, T cz) const {
+        return fps_dist2(fmin(fmax(cx, lx), hx), fmin(fmax(cy, ly), hy), fmin(fmax(cz, lz), hz),
+                         cx, cy, cz);
+    }
+};
+
+// The farthest candidate of the warp in every lane, and the lowest lane that holds it. float:
+// two warp reductions on the order-preserving bits of the temp and then on the index (redux,
+// sm_80+), instead of five levels of shuffles.
+__device__ __forceinline__ int warp_argmax(Candidate<float>& c) {
+    const uint32_t u = __float_as_uint(c.value);
+    const uint32_t key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // temps are never NaN
+    const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+    const uint32_t index = __reduce_min_sync(0xffffffffu, key == top ? (uint32_t)c.index : 0xffffffffu);
+    const int lane = __ffs(__ballot_sync(0xffffffffu, key == top && (uint32_t)c.index == index)) - 1;
+    c = {__uint_as_float((top & 0x80000000u) ? (top & 0x7fffffffu) : ~top), (int)index};
+    return lane;
+}
+__device__ __forceinline__ int warp_argmax(Candidate<double>& c) {
+    const Candidate<double> w = warp_farthest(c);
+    const int lane = __ffs(__ballot_sync(0xffffffffu, c.value == w.value && c.index == w.index)) - 1;
+    c = w;
+    return lane;
+}
+
+// A warp's farthest candidate with its coordinates: what the block reduces at each step.
+template <typename T>
+struct Sample {
+    Candidate<T> c;
+    T x, y, z;
+};
+
+// Dynamic shared memory: the coordinates of each bucket's candidate (3 * buckets T), written
+// and read only by the warp that owns the bucket. (Updating several flagged buckets of a warp
+// together, their loads in flight at once, measured slower on the H100 for KITTI: registers.)
+template <typename T, int SLOTS>
+__global__ void __launch_bounds__(512)
+fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
+                  const int64_t* __restrict__ start, int64_t N, int64_t npoint,
+                  const BucketPoint<T>* __restrict__ sorted, T* __restrict__ temp_ws, int ppl,
+                  int64_t* __restrict__ idx, T* __restrict__ dist2) {
+    extern __shared__ __align__(16) unsigned char fps_smem[];
+    __shared__ Sample<T> samples[2][16];  // the warps' candidates, by step parity
+    T* bucket_xyz = reinterpret_cast<T*>(fps_smem);
+    const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t b = blockIdx.x;
+    const T* cloud = xyz + b * N * 3;
+    const BucketPoint<T>* pts = sorted + b * N;
+    T* temp = temp_ws + b * N;
+    int64_t* out_idx = idx + b * npoint;
+    T* out_dist2 = dist2 + b * npoint;
+    const int L = (int)pcops_valid_length(lengths, b, N);
+    const int64_t n_out = npoint < L ? npoint : L;
+    pad_row(out_idx, out_dist2, n_out, npoint, threadIdx.x, blockDim.x);
+    if (n_out == 0) return;
+    const int S = 32 * ppl;  // points per bucket; sorted positions < L are the valid points
+    const int buckets = (L + S - 1) / S;
+
+    for (int p = threadIdx.x; p < L; p += blockDim.x) temp[p] = T(INFINITY);
+    Bucket<T> bk[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s) {
+        const int k = (s * 32 + lane) * warps + w;
+        Bucket<T>& u = bk[s];
+        u.best = no_candidate<T>();
+        u.lx = u.ly = u.lz = T(INFINITY);
+        u.hx = u.hy = u.hz = -T(INFINITY);
+        if (k >= buckets) continue;
+        const int end = min(L, (k + 1) * S);
+        for (int p = k * S; p < end; ++p) {  // fmin / fmax pass over NaN coordinates
+            const BucketPoint<T> q = pts[p];
+            u.lx = fmin(u.lx, q.x), u.hx = fmax(u.hx, q.x);
+            u.ly = fmin(u.ly, q.y), u.hy = fmax(u.hy, q.y);
+            u.lz = fmin(u.lz, q.z), u.hz = fmax(u.hz, q.z);
+            if (q.idx < u.best.index) {
+                u.best.index = q.idx;
+                bucket_xyz[3 * k] = q.x, bucket_xyz[3 * k + 1] = q.y, bucket_xyz[3 * k + 2] = q.z;
+            }
+        }
+        u.best.value = T(INFINITY);  // every temp starts at +inf
+    }
+    __syncthreads();  // the temps are set
+
+    int cur = start ? (int)pcops_positive_mod(start[b], L) : 0;
+    T cx, cy, cz;
+    load_point(cloud, cur, cx, cy, cz);
+    if (threadIdx.x == 0) {
+        out_idx[0] = cur;
+        out_dist2[0] = T(0);
+    }
+    for (int64_t j = 1; j < n_out; ++j) {
+        // the buckets c can change, one at a time (every lane checks its own; the warp updates
+        // the flagged ones together, a point a lane), then this lane's farthest candidate
+        Candidate<T> best = no_candidate<T>();
+        int best_k = -1;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = (s * 32 + lane) * warps + w;
+            const T m = bk[s].dist2_to(cx, cy, cz);
+            const bool update = k < buckets && (!(m >= bk[s].best.value) || m == T(0));
+            for (unsigned mask = __ballot_sync(0xffffffffu, update); mask; mask &= mask - 1) {
+                const int owner = __ffs(mask) - 1;
+                const int ko = (s * 32 + owner) * warps + w;
+                Candidate<T> c = no_candidate<T>();
+                T px = 0, py = 0, pz = 0;
+                for (int p = ko * S + lane; p < (ko + 1) * S && p < L; p += 32) {
+                    const BucketPoint<T> q = pts[p];
+                    const T d = fps_dist2(q.x, q.y, q.z, cx, cy, cz);
+                    T t = q.idx == cur ? T(-1) : temp[p];
+                    t = d < t ? d : t;
+                    temp[p] = t;
+                    const Candidate<T> o = {t, q.idx};
+                    if (farther(o, c)) c = o, px = q.x, py = q.y, pz = q.z;
+                }
+                if (lane == warp_argmax(c))
+                    bucket_xyz[3 * ko] = px, bucket_xyz[3 * ko + 1] = py, bucket_xyz[3 * ko + 2] = pz;
+                if (lane == owner) bk[s].best = c;
+            }
+            if (farther(bk[s].best, best)) best = bk[s].best, best_k = k;
+        }
+        best_k = __shfl_sync(0xffffffffu, best_k, warp_argmax(best));
+        __syncwarp();  // this warp's bucket_xyz writes are visible to lane 0
+        const int parity = (int)(j & 1);
+        if (lane == 0)
+            samples[parity][w] = {best, best_k >= 0 ? bucket_xyz[3 * best_k] : T(0),
+                                  best_k >= 0 ? bucket_xyz[3 * best_k + 1] : T(0),
+                                  best_k >= 0 ? bucket_xyz[3 * best_k + 2] : T(0)};
+        // one barrier a step: samples are double-buffered by parity (see group_farthest)
+        named_barrier(0, blockDim.x);
+        Candidate<T> c = lane < warps ? samples[parity][lane].c : no_candidate<T>();
+        const Sample<T>& win = samples[parity][warp_argmax(c)];
+        cx = win.x, cy = win.y, cz = win.z;
+        if (threadIdx.x == 0) {
+            out_idx[j] = c.index;
+            out_dist2[j] = c.value;
+        }
+        cur = c.index;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
 // launch plans
 
 // The register slot counts a plan may use: 2, 4, 8, 16 for float, 2, 4, 8 for double.
@@ -466,6 +734,46 @@ int fit_points_per_thread(int64_t points, int prefer) {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// The shape of a block that holds a slice of `per_block` points of a cloud (CLUSTER, GRID):
+// the fewest register slots from `prefer` on that hold it (0: temp in the workspace, 1024
+// threads), and the threads to match (at least 64).
+template <typename T>
+void plan_slice(pcops_fps_cuda_plan* p, int64_t per_block, int prefer) {
+    const int ppt = fit_points_per_thread<T>(per_block, prefer);
+    const int threads =
+        ppt ? (int)std::min<int64_t>(max_threads_for<T>(ppt), round_up((per_block + ppt - 1) / ppt, 32))
+            : 1024;
+    p->points_per_thread = ppt;
+    p->threads = threads < 64 ? 64 : threads;
+    p->warps_per_cloud = p->threads / 32;
+    p->clouds_per_block = 1;
+}
+
+// BUCKET: buckets of 32 * ppl points, at most 4096 per cloud (16 warps of 32 lanes with 8
+// slots each; 2048 and 4 for double); 1 to 16 warps, 1, 2, 4 or 8 slots per lane. Sorted positions are int and cub
+// sorts an int count of items: B * N <= INT_MAX.
+template <typename T>
+bool plan_bucket(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
+    if (B * N > INT_MAX) return false;
+    const int max_slots = sizeof(T) == 4 ? 8 : 4;  // without spilling (-Xptxas -v, sm_90)
+    const int64_t Np = N > 0 ? N : 1;
+    int64_t ppl = 1;
+    while ((Np + 32 * ppl - 1) / (32 * ppl) > 16 * 32 * max_slots) ppl *= 2;
+    const int64_t buckets = (Np + 32 * ppl - 1) / (32 * ppl);
+    const int warps = (int)std::min<int64_t>(16, (buckets + 31) / 32);
+    int slots = 1;
+    while ((int64_t)slots * 32 * warps < buckets) slots *= 2;
+    if (slots > max_slots) return false;
+    p->points_per_thread = (int)ppl;
+    p->bucket_slots = slots;
+    p->warps_per_cloud = warps;
+    p->threads = 32 * warps;
+    p->clouds_per_block = 1;
+    p->blocks_per_cloud = 1;
+    p->blocks = B;
+    return true;
+}
+
 // Fills the shape of a SIMPLE / WARP / BLOCK plan for clouds of N points.
 //   SIMPLE: 8 warps per cloud, temp in the workspace.
 //   WARP:   1 warp per cloud up to 256 points, else 2 (up to 64 * 16 points), 8 warps a block.
@@ -499,20 +807,12 @@ template <typename T>
 bool plan_cluster(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N, int blocks) {
     if (d.major < 9 || B > INT_MAX / 8) return false;
     const int64_t Np = N > 0 ? N : 1;
-    const int64_t per_block = (Np + blocks - 1) / blocks;
-    const int ppt = fit_points_per_thread<T>(per_block, 4);  // 0: temp in the workspace
-    const int threads =
-        ppt ? (int)std::min<int64_t>(max_threads_for<T>(ppt), round_up((per_block + ppt - 1) / ppt, 32))
-            : 1024;
-    p->points_per_thread = ppt;
-    p->threads = threads < 64 ? 64 : threads;
-    p->warps_per_cloud = p->threads / 32;
-    p->clouds_per_block = 1;
+    plan_slice<T>(p, (Np + blocks - 1) / blocks, 4);
     p->blocks_per_cloud = blocks;
     p->blocks = B * blocks;
     // the kernel was built for clusters, and a cluster of this shape fits the device
     int clusters = 0;
-    cudaError_t err = with_points<T>(ppt, [&](auto pts) -> cudaError_t {
+    cudaError_t err = with_points<T>(p->points_per_thread, [&](auto pts) -> cudaError_t {
         using Points = decltype(pts);
         if (!cluster_kernel_usable<T, Points>(d)) return cudaErrorInvalidValue;
         cudaLaunchConfig_t config = {};
@@ -538,15 +838,8 @@ bool plan_grid(pcops_fps_cuda_plan* p, const Device& d, int64_t N) {
     // blocks: about one per SM, fewer when the cloud is small (each block >= 1024 points)
     int blocks = (int)std::min<int64_t>(d.sms, (Np + 1023) / 1024);
     if (blocks < 1) blocks = 1;
-    const int64_t per_block = (Np + blocks - 1) / blocks;
-    int ppt = fit_points_per_thread<T>(per_block, 2);
-    const int threads =
-        ppt ? (int)std::min<int64_t>(max_threads_for<T>(ppt), round_up((per_block + ppt - 1) / ppt, 32))
-            : 1024;
-    p->points_per_thread = ppt;
-    p->threads = threads < 64 ? 64 : threads;
-    p->warps_per_cloud = p->threads / 32;
-    p->clouds_per_block = 1;
+    plan_slice<T>(p, (Np + blocks - 1) / blocks, 2);
+    const int ppt = p->points_per_thread;
     // every block must be co-resident
     int per_sm = 0;
     cudaError_t err = with_points<T>(ppt, [&](auto pts) {
@@ -572,12 +865,15 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
     if (err != cudaSuccess) return err;
     if (variant == PCOPS_FPS_AUTO) {
         // Small clouds: a warp or two each, several per block (latency of one warp's shuffles).
-        // Clouds that fit one block's registers: a block each. Larger clouds: a cluster of 8
-        // each (registers while they fit, else temp in the workspace); a few huge clouds: the
-        // whole grid, one cloud at a time. Measured on the H100: BENCHMARKS.md.
+        // Clouds that fit one block's registers: a block each. Larger clouds: the buckets, a
+        // block each (on the H100, FPS 16384 of 16384 points x8: 5.9 ms vs 9.4 for clusters of
+        // 8; 16384 of the KITTI scan: 31 ms vs 44 for the grid, and 36 ms vs 326 for 8 scans);
+        // one huge cloud (200k points and up): the whole grid (200k -> 20k: 51 ms vs 56).
+        // Clusters and the grid also take what the buckets cannot (B * N > 2**31 - 1).
         const int64_t block_cap = sizeof(T) == 4 ? 8192 : 4096;  // see plan_group
         if (N <= 512) variant = PCOPS_FPS_WARP;
         else if (N <= block_cap) variant = PCOPS_FPS_BLOCK;
+        else if (B * N <= INT_MAX && !(B == 1 && N > 150000)) variant = PCOPS_FPS_BUCKET;
         else if (d.major >= 9 && (N <= 8 * block_cap || B * 8 >= d.sms)) variant = PCOPS_FPS_CLUSTER;
         else variant = PCOPS_FPS_GRID;
         pcops_fps_cuda_plan q = *p;
@@ -588,6 +884,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             case PCOPS_FPS_BLOCK: ok = plan_group<T>(&q, B, N, variant); break;
             case PCOPS_FPS_CLUSTER: ok = plan_cluster<T>(&q, d, B, N, 8); break;
             case PCOPS_FPS_GRID: ok = plan_grid<T>(&q, d, N); break;
+            case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(&q, B, N); break;
         }
         if (!ok) {  // e.g. no clusters on this device: the reference path takes any size
             q.variant = PCOPS_FPS_SIMPLE;
@@ -610,30 +907,106 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             break;
         }
         case PCOPS_FPS_GRID: ok = plan_grid<T>(p, d, N); break;
+        case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N); break;
     }
     return ok ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// The workspace of a plan: temp[B, N] when the points live in global memory, the grid's
-// candidate slots. Described once; with base NULL it only counts. Returns the bytes.
+// The workspace of a plan. Described once; with base NULL it only counts. Returns the bytes.
 template <typename T>
-size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, T** temp, Candidate<T>** slots) {
+struct Scratch {
+    T* temp;               // [B, N] temps when the points live in global memory (and BUCKET's)
+    Candidate<T>* slots;   // GRID: the blocks' candidates, by step parity
+    T* boxes;              // BUCKET: [B, 4] the Morton frame of each cloud
+    uint64_t* keys_in;     // BUCKET: [B * N] sort keys and the point index of each
+    uint64_t* keys_out;
+    int32_t* order_in;
+    int32_t* order_out;    //         the point index of each sorted position
+    BucketPoint<T>* sorted;  //       [B * N] the points in sorted order
+    void* sort_temp;       //         cub's temporary storage
+    size_t sort_bytes;
+    int sort_bits;         //         key bits to sort: 32 + bits of B - 1
+};
+
+template <typename T>
+size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
+    *s = {};
     pcops_carver w = pcops_carver_init(base);
-    *temp = p->points_per_thread == 0 ? (T*)pcops_carve(&w, p->B * p->N, sizeof(T)) : nullptr;
-    *slots = p->variant == PCOPS_FPS_GRID
-                 ? (Candidate<T>*)pcops_carve(&w, 2 * p->blocks, sizeof(Candidate<T>))
-                 : nullptr;
+    const int64_t items = p->B * p->N;
+    const bool bucket = p->variant == PCOPS_FPS_BUCKET;
+    if (p->points_per_thread == 0 || bucket) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
+    if (p->variant == PCOPS_FPS_GRID)
+        s->slots = (Candidate<T>*)pcops_carve(&w, 2 * p->blocks, sizeof(Candidate<T>));
+    if (bucket) {
+        s->sort_bits = 32;
+        while (s->sort_bits < 64 && ((int64_t)1 << (s->sort_bits - 32)) < p->B) ++s->sort_bits;
+        // size only: cub returns the temp size when the temp pointer is NULL
+        cub::DeviceRadixSort::SortPairs(nullptr, s->sort_bytes, (const uint64_t*)nullptr,
+                                        (uint64_t*)nullptr, (const int32_t*)nullptr,
+                                        (int32_t*)nullptr, (int)(items > 0 ? items : 1), 0,
+                                        s->sort_bits);
+        s->boxes = (T*)pcops_carve(&w, 4 * p->B, sizeof(T));
+        s->keys_in = (uint64_t*)pcops_carve(&w, items, sizeof(uint64_t));
+        s->keys_out = (uint64_t*)pcops_carve(&w, items, sizeof(uint64_t));
+        s->order_in = (int32_t*)pcops_carve(&w, items, sizeof(int32_t));
+        s->order_out = (int32_t*)pcops_carve(&w, items, sizeof(int32_t));
+        s->sorted = (BucketPoint<T>*)pcops_carve(&w, items, sizeof(BucketPoint<T>));
+        s->sort_temp = pcops_carve(&w, (int64_t)s->sort_bytes, 1);
+    }
     return pcops_carver_bytes(&w);
+}
+
+// BUCKET: sort the points of every cloud into Morton order, then one block per cloud.
+template <typename T>
+cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const T* xyz,
+                       const int64_t* lengths, const int64_t* start, int64_t B, int64_t N,
+                       int64_t npoint, int64_t* idx, T* dist2, cudaStream_t stream) {
+    const int64_t items = B * N;
+    if (items > 0) {
+        bucket_box_kernel<T><<<(unsigned)B, 256, 0, stream>>>(xyz, lengths, N, s.boxes);
+        const unsigned blocks = pcops_grid_stride_blocks(items, 256);
+        bucket_key_kernel<T><<<blocks, 256, 0, stream>>>(xyz, lengths, B, N, s.boxes,
+                                                         s.keys_in, s.order_in);
+        size_t bytes = s.sort_bytes;
+        cudaError_t err = cub::DeviceRadixSort::SortPairs(
+            s.sort_temp, bytes, s.keys_in, s.keys_out, s.order_in, s.order_out, (int)items, 0,
+            s.sort_bits, stream);
+        if (err != cudaSuccess) return err;
+        bucket_gather_kernel<T><<<blocks, 256, 0, stream>>>(xyz, B, N, s.order_out, s.sorted);
+    }
+    const int64_t S = 32 * (int64_t)p->points_per_thread;
+    const size_t smem = (size_t)3 * ((N + S - 1) / S) * sizeof(T);  // <= 48 KiB (4096 float buckets)
+    auto launch = [&](auto kernel) {
+        // with the kernel's static shared memory, 48 KiB of dynamic needs the opt-in
+        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem);
+        if (err != cudaSuccess) return err;
+        kernel<<<(unsigned)B, p->threads, smem, stream>>>(xyz, lengths, start, N, npoint, s.sorted,
+                                                      s.temp, p->points_per_thread, idx, dist2);
+        return cudaGetLastError();
+    };
+    switch (p->bucket_slots) {
+        case 1: return launch(fps_bucket_kernel<T, 1>);
+        case 2: return launch(fps_bucket_kernel<T, 2>);
+        case 4: return launch(fps_bucket_kernel<T, 4>);
+        case 8:
+            if constexpr (sizeof(T) == 4) return launch(fps_bucket_kernel<T, 8>);
+            return cudaErrorInvalidValue;
+        default: return cudaErrorInvalidValue;
+    }
 }
 
 template <typename T>
 cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* lengths,
                      const int64_t* start, int64_t B, int64_t N, int64_t npoint, void* workspace,
                      int64_t* idx, T* dist2, cudaStream_t stream) {
-    T* temp;
-    Candidate<T>* slots;
-    plan_layout<T>(p, workspace, &temp, &slots);
+    Scratch<T> s;
+    plan_layout<T>(p, workspace, &s);
     if (p->workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
+    if (p->variant == PCOPS_FPS_BUCKET)
+        return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
+    T* temp = s.temp;
+    Candidate<T>* slots = s.slots;
     return with_points<T>(p->points_per_thread, [&](auto pts) -> cudaError_t {
         using Points = decltype(pts);
         switch (p->variant) {
@@ -682,7 +1055,7 @@ extern "C" cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, in
                                                 int64_t npoint, int variant,
                                                 pcops_fps_cuda_plan* plan) {
     if (!plan || B < 0 || N < 0 || N > INT_MAX || npoint < 1) return cudaErrorInvalidValue;
-    if (variant < PCOPS_FPS_AUTO || variant > PCOPS_FPS_GRID || variant == PCOPS_FPS_TREE)
+    if (variant < PCOPS_FPS_AUTO || variant > PCOPS_FPS_BUCKET || variant == PCOPS_FPS_TREE)
         return cudaErrorInvalidValue;
     pcops_fps_cuda_plan p = {};
     p.dtype = dtype;
@@ -695,13 +1068,11 @@ extern "C" cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, in
     if (err != cudaSuccess) return err;
     if (p.blocks > INT_MAX) return cudaErrorInvalidValue;
     if (dtype == PCOPS_FLOAT32) {
-        float* t;
-        Candidate<float>* s;
-        p.workspace_bytes = plan_layout<float>(&p, nullptr, &t, &s);
+        Scratch<float> s;
+        p.workspace_bytes = plan_layout<float>(&p, nullptr, &s);
     } else {
-        double* t;
-        Candidate<double>* s;
-        p.workspace_bytes = plan_layout<double>(&p, nullptr, &t, &s);
+        Scratch<double> s;
+        p.workspace_bytes = plan_layout<double>(&p, nullptr, &s);
     }
     if (p.workspace_bytes == SIZE_MAX) return cudaErrorInvalidValue;
     *plan = p;

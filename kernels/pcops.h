@@ -95,6 +95,8 @@ typedef enum pcops_fps_variant {
     PCOPS_FPS_BLOCK = 4,   /* CUDA: one block per cloud, points in registers */
     PCOPS_FPS_CLUSTER = 5, /* CUDA (sm_90): a thread-block cluster per cloud, registers */
     PCOPS_FPS_GRID = 6,    /* CUDA: the whole (co-resident) grid on one cloud at a time */
+    PCOPS_FPS_BUCKET = 7,  /* CUDA: points sorted into spatial buckets, a block per cloud; a
+                              step updates only the buckets the sample can change */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */
@@ -258,9 +260,11 @@ pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, cons
  * registers, no clusters on the device, a grid that is not co-resident) or any
  * N > 2**31 - 1 returns cudaErrorInvalidValue. Every plan returns the same bits. */
 typedef struct pcops_fps_cuda_plan {
-    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER or GRID (never AUTO) */
+    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID or BUCKET (never AUTO) */
     int threads;            /* threads per block */
-    int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace */
+    int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace;
+                               BUCKET: points per lane of a bucket (a bucket is 32 times that) */
+    int bucket_slots;       /* BUCKET: buckets each thread keeps (box and candidate) */
     int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
     int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
     int blocks_per_cloud;   /* CLUSTER: the cluster size; GRID: the blocks of the grid */

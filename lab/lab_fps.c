@@ -109,8 +109,8 @@ int main(int argc, char** argv) {
         /* every CUDA path (pcops_fps_variant), through its launch plan; a path that cannot take
          * N on this device says so at planning time */
         const int variants[] = {PCOPS_FPS_AUTO, PCOPS_FPS_SIMPLE, PCOPS_FPS_WARP, PCOPS_FPS_BLOCK,
-                                PCOPS_FPS_CLUSTER, PCOPS_FPS_GRID};
-        for (int k = 0; k < 6; ++k) {
+                                PCOPS_FPS_CLUSTER, PCOPS_FPS_GRID, PCOPS_FPS_BUCKET};
+        for (int k = 0; k < (int)(sizeof variants / sizeof variants[0]); ++k) {
             if (pcops_fps_cuda_make_plan(PCOPS_FLOAT32, B, N, P, variants[k], &a.plan) !=
                 cudaSuccess) {
                 (void)cudaGetLastError();

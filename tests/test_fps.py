@@ -491,12 +491,12 @@ def test_variant_op_opcheck(device, gen):
 
 
 # Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
-# plan_grid): above these it raises ValueError; "cluster" and "grid" take any size.
+# plan_grid): above these it raises ValueError; "cluster", "grid" and "bucket" take any size.
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096}}
 
 
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
                                       (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
@@ -517,10 +517,12 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant", ["cluster", "grid"])
-def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant):
-    """A cloud too large for registers (temp in the workspace) on the cluster and grid paths."""
-    xyz = rand_points(2, 150_000, gen)
+@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
+    """A cloud too large for registers (temp in the workspace) on the cluster and grid paths;
+    buckets of 64 (float) and 128 (double) points on the bucket path."""
+    xyz = rand_points(2, 150_000, gen, dtype=dtype)
     lengths = torch.tensor([150_000, 99_999])
     start = torch.tensor([7, 99_998])
     cpu = fps_variant(xyz, 300, lengths, start, variant="tree")
@@ -534,8 +536,55 @@ def test_cuda_rejects_the_cpu_tree_variant(cuda):
         fps_variant(torch.rand(1, 10, 3, device="cuda"), 4, variant="tree")
 
 
+@pytest.mark.parametrize("case", ["huge", "nonfinite", "plane", "line"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype):
+    """The bucket path skips buckets by their boxes: squared distances that overflow to +inf,
+    NaN and inf coordinates (whose temps stay +inf), flat and collinear clouds (flat boxes)
+    must still give the simple path's bits."""
+    if case == "huge":
+        xyz, lengths, start = _path_inputs("huge", 3, 9000, gen, dtype)
+    else:
+        xyz, lengths, start = _path_inputs("uniform", 3, 9000, gen, dtype)
+        if case == "nonfinite":
+            xyz[0, 17, 1] = float("nan")
+            xyz[0, 4000, 2] = float("inf")
+            xyz[1, 5, 0] = float("-inf")
+            xyz[1, 6] = float("nan")
+        elif case == "plane":
+            xyz[..., 2] = 1.0
+        else:
+            xyz[..., 1:] = 0.25
+    cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
+    gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant="bucket")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
+def test_cuda_bucket_path_on_real_scans_every_sample(cuda):
+    """The real scans, ragged in one batch, sampled down to every point (the late steps, where
+    the bucket path skips almost everything, and the tie-breaking among the last points)."""
+    import os
+    base = os.path.join(os.path.dirname(__file__), "..", ".data", "scans")
+    names = ["kitti_velodyne_000000.npy", "nuscenes_lidar_top_1532402927647951.npy"]
+    if not all(os.path.exists(os.path.join(base, n)) for n in names):
+        pytest.skip("no real scans in .data/scans")
+    clouds = [torch.from_numpy(np.load(os.path.join(base, n))[:, :3].astype(np.float32)) for n in names]
+    N = max(len(c) for c in clouds)
+    xyz = torch.zeros(2, N, 3)
+    for b, c in enumerate(clouds):
+        xyz[b, :len(c)] = c
+    lengths = torch.tensor([len(c) for c in clouds])
+    start = torch.tensor([4321, 17])
+    npoint = 40_000
+    cpu = fps_variant(xyz, npoint, lengths, start, variant="tree")
+    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant="bucket")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
