@@ -12,14 +12,14 @@ constexpr const char* kBackward = "group_backward";
 
 struct GroupCall {
     at::Tensor features;  // [B,N,C], contiguous, any of the four float dtypes
-    at::Tensor idx;       // [B,M,S] int64, contiguous
+    at::Tensor idx;       // [B,M,S] int64 or int32 (read as is), contiguous
     at::Tensor out;       // [B,M,S,C], features' dtype
     int64_t B, N, C, M, S;
 };
 
 GroupCall prepare_group(const at::Tensor& features, const at::Tensor& idx) {
     check_float_tensor(kGroup, "features", features, 3, -1, "[B, N, C]");
-    check_index_tensor(kGroup, "idx", idx, 3, "[B, M, S]");
+    check_index_tensor(kGroup, "idx", idx, 3, "[B, M, S]", /*int32_ok=*/true);
     check_same_device(kGroup, "idx", idx, "features", features);
     GroupCall c;
     c.B = features.size(0);
@@ -38,7 +38,7 @@ GroupCall prepare_group(const at::Tensor& features, const at::Tensor& idx) {
 
 struct BackwardCall {
     at::Tensor grad_out;       // [B,M,S,C], contiguous
-    at::Tensor idx;            // [B,M,S] int64, contiguous
+    at::Tensor idx;            // [B,M,S] int64 or int32 (read as is), contiguous
     at::Tensor grad_features;  // [B,num_points,C], grad_out's dtype (CPU and CUDA alike)
     int64_t B, N, C, M, S;
 };
@@ -48,7 +48,7 @@ struct BackwardCall {
 BackwardCall prepare_backward(const at::Tensor& grad_out, const at::Tensor& idx,
                               int64_t num_points) {
     check_float_tensor(kBackward, "grad_out", grad_out, 4, -1, "[B, M, S, C]");
-    check_index_tensor(kBackward, "idx", idx, 3, "[B, M, S]");
+    check_index_tensor(kBackward, "idx", idx, 3, "[B, M, S]", /*int32_ok=*/true);
     check_same_device(kBackward, "idx", idx, "grad_out", grad_out);
     check_size(kBackward, "idx", idx, 0, grad_out.size(0), "the batch size B of 'grad_out'");
     check_size(kBackward, "idx", idx, 1, grad_out.size(1), "M, dimension 1 of 'grad_out'");
@@ -73,8 +73,9 @@ BackwardCall prepare_backward(const at::Tensor& grad_out, const at::Tensor& idx,
 at::Tensor group_cpu(const at::Tensor& features, const at::Tensor& idx) {
     GroupCall c = prepare_group(features, idx);
     check_status(kGroup, pcops_group_cpu(to_pcops_dtype(c.features.scalar_type()),
-                                         c.features.data_ptr(), c.idx.data_ptr<int64_t>(), c.B,
-                                         c.N, c.C, c.M, c.S, c.out.data_ptr()));
+                                         c.features.data_ptr(), c.idx.data_ptr(),
+                                         to_index_dtype(c.idx), c.B, c.N, c.C, c.M, c.S,
+                                         c.out.data_ptr()));
     return c.out;
 }
 
@@ -86,8 +87,9 @@ at::Tensor group_backward_cpu(const at::Tensor& grad_out, const at::Tensor& idx,
         {(int64_t)pcops_group_backward_cpu_workspace_bytes(dtype, c.B, c.N, c.C)},
         c.grad_out.options().dtype(at::kByte));
     check_status(kBackward, pcops_group_backward_cpu(dtype, c.grad_out.data_ptr(),
-                                                     c.idx.data_ptr<int64_t>(), c.B, c.N, c.C,
-                                                     c.M, c.S, workspace.data_ptr(),
+                                                     c.idx.data_ptr(), to_index_dtype(c.idx),
+                                                     c.B, c.N, c.C, c.M, c.S,
+                                                     workspace.data_ptr(),
                                                      c.grad_features.data_ptr()));
     return c.grad_features;
 }
@@ -98,8 +100,9 @@ at::Tensor group_cuda(const at::Tensor& features, const at::Tensor& idx) {
     c10::cuda::CUDAGuard guard(features.device());
     GroupCall c = prepare_group(features, idx);
     check_cuda(kGroup, pcops_group_cuda(to_pcops_dtype(c.features.scalar_type()),
-                                        c.features.data_ptr(), c.idx.data_ptr<int64_t>(), c.B,
-                                        c.N, c.C, c.M, c.S, c.out.data_ptr(),
+                                        c.features.data_ptr(), c.idx.data_ptr(),
+                                        to_index_dtype(c.idx), c.B, c.N, c.C, c.M, c.S,
+                                        c.out.data_ptr(),
                                         at::cuda::getCurrentCUDAStream()));
     return c.out;
 }
@@ -115,8 +118,9 @@ at::Tensor group_backward_cuda(const at::Tensor& grad_out, const at::Tensor& idx
     at::Tensor workspace = at::empty({workspace_bytes}, c.grad_out.options().dtype(at::kByte));
     check_cuda(kBackward,
                pcops_group_backward_cuda(to_pcops_dtype(c.grad_out.scalar_type()),
-                                         c.grad_out.data_ptr(), c.idx.data_ptr<int64_t>(), c.B,
-                                         c.N, c.C, c.M, c.S, workspace.data_ptr(),
+                                         c.grad_out.data_ptr(), c.idx.data_ptr(),
+                                         to_index_dtype(c.idx), c.B, c.N, c.C, c.M, c.S,
+                                         workspace.data_ptr(),
                                          c.grad_features.data_ptr(),
                                          at::cuda::getCurrentCUDAStream()));
     return c.grad_features;

@@ -49,11 +49,12 @@ void check_float_tensor(const char* op, const char* name, const at::Tensor& t, i
 }
 
 void check_index_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
-                        const char* shape) {
+                        const char* shape, bool int32_ok) {
     TORCH_CHECK_VALUE(t.defined(), "pcops.", op, ": argument '", name, "' must be a tensor of shape ",
                       shape, ", got an undefined tensor");
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "pcops.", op, ": argument '", name,
-                     "' must be an int64 tensor, got ", describe(t));
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kLong || (int32_ok && t.scalar_type() == at::kInt),
+                     "pcops.", op, ": argument '", name, "' must be an ",
+                     int32_ok ? "int64 or int32" : "int64", " tensor, got ", describe(t));
     TORCH_CHECK_VALUE(t.dim() == rank, "pcops.", op, ": argument '", name,
                       "' must be a tensor of shape ", shape, ", got ", describe(t));
 }

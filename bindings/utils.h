@@ -32,9 +32,14 @@ void check_float_tensor(const char* op, const char* name, const at::Tensor& t, i
 // they would reach to_pcops_dtype and fail there with a message that names no op).
 void check_float_dtype(const char* op, const char* name, const at::Tensor& t);
 
-// `t` is an int64 tensor of rank `rank` ("[B, M, S]" in words).
+// `t` is an int64 (or, with int32_ok, an int32) tensor of rank `rank` ("[B, M, S]" in words).
 void check_index_tensor(const char* op, const char* name, const at::Tensor& t, int64_t rank,
-                        const char* shape);
+                        const char* shape, bool int32_ok = false);
+
+// The pcops_index_dtype of an index tensor checked with int32_ok.
+inline pcops_index_dtype to_index_dtype(const at::Tensor& t) {
+    return t.scalar_type() == at::kInt ? PCOPS_INDEX_INT32 : PCOPS_INDEX_INT64;
+}
 
 // `t` lives on the same device as `ref` (named `ref_name`).
 void check_same_device(const char* op, const char* name, const at::Tensor& t,

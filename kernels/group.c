@@ -48,6 +48,11 @@ static int group_max_threads(void) {
 #endif
 }
 
+/* idx[i] of an int64 or int32 index array (the type is loop-invariant: a predicted branch). */
+static inline int64_t group_index(const void* idx, int idx32, int64_t i) {
+    return idx32 ? (int64_t)((const int32_t*)idx)[i] : ((const int64_t*)idx)[i];
+}
+
 /* Copies rows of row_bytes for one (b, m): S slots. Typed copies for the element sizes we
  * have, so small rows (C = 3) are a few moves instead of a call to memcpy. */
 #define GROUP_COPY_ROWS(ELEM)                                                                  \
@@ -55,7 +60,7 @@ static int group_max_threads(void) {
         const ELEM* PCOPS_RESTRICT src = (const ELEM*)src_b;                                   \
         ELEM* PCOPS_RESTRICT dst = (ELEM*)dst_r;                                               \
         for (int64_t s = 0; s < S; ++s) {                                                      \
-            int64_t n = idx_r[s];                                                              \
+            const int64_t n = group_index(idx, idx32, r * S + s);                                                              \
             ELEM* d = dst + s * C;                                                             \
             if (n >= 0 && n < N) {                                                             \
                 const ELEM* from = src + n * C;                                                \
@@ -66,8 +71,9 @@ static int group_max_threads(void) {
         }                                                                                      \
     } while (0)
 
-static void group_forward(const void* features, const int64_t* idx, int64_t B, int64_t N,
-                          int64_t C, int64_t M, int64_t S, size_t elem_bytes, void* out) {
+static void group_forward(const void* features, const void* idx, int idx32, int64_t B,
+                          int64_t N, int64_t C, int64_t M, int64_t S, size_t elem_bytes,
+                          void* out) {
     const int64_t rows = B * M;
     const int parallel =
         (double)rows * (double)S * (double)C * (double)elem_bytes >= GROUP_PARALLEL_MIN_BYTES;
@@ -76,7 +82,6 @@ static void group_forward(const void* features, const int64_t* idx, int64_t B, i
         const int64_t b = r / M;
         const char* src_b = (const char*)features + (size_t)(b * N) * (size_t)C * elem_bytes;
         char* dst_r = (char*)out + (size_t)(r * S) * (size_t)C * elem_bytes;
-        const int64_t* idx_r = idx + r * S;
         switch (elem_bytes) {
             case 2: GROUP_COPY_ROWS(uint16_t); break;
             case 4: GROUP_COPY_ROWS(uint32_t); break;
@@ -166,14 +171,17 @@ static uint16_t group_float_to_bf16(float f) {
 #define FN(name) name##_bf16
 #include "group_cpu.inc"
 
-pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
-                             int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out) {
+pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const void* idx,
+                             pcops_index_dtype idx_dtype, int64_t B, int64_t N, int64_t C,
+                             int64_t M, int64_t S, void* out) {
     if (B < 0 || N < 0 || C < 0 || M < 0 || S < 0) return PCOPS_ERROR_INVALID_VALUE;
     const size_t elem_bytes = pcops_dtype_size(dtype);
     if (elem_bytes == 0) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    if (idx_dtype != PCOPS_INDEX_INT64 && idx_dtype != PCOPS_INDEX_INT32)
+        return PCOPS_ERROR_INVALID_VALUE;
     if (B == 0 || M == 0 || S == 0 || C == 0) return PCOPS_SUCCESS;
     if (!idx || !out || (N > 0 && !features)) return PCOPS_ERROR_INVALID_VALUE;
-    group_forward(features, idx, B, N, C, M, S, elem_bytes, out);
+    group_forward(features, idx, idx_dtype == PCOPS_INDEX_INT32, B, N, C, M, S, elem_bytes, out);
     return PCOPS_SUCCESS;
 }
 
@@ -194,28 +202,31 @@ static void group_round_sums(const float* sums, int64_t count, int bf16, uint16_
 }
 
 pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
-                                      const int64_t* idx, int64_t B, int64_t N, int64_t C,
-                                      int64_t M, int64_t S, void* workspace,
-                                      void* grad_features) {
+                                      const void* idx, pcops_index_dtype idx_dtype, int64_t B,
+                                      int64_t N, int64_t C, int64_t M, int64_t S,
+                                      void* workspace, void* grad_features) {
     if (B < 0 || N < 0 || C < 0 || M < 0 || S < 0) return PCOPS_ERROR_INVALID_VALUE;
     if (pcops_dtype_size(dtype) == 0) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    if (idx_dtype != PCOPS_INDEX_INT64 && idx_dtype != PCOPS_INDEX_INT32)
+        return PCOPS_ERROR_INVALID_VALUE;
+    const int idx32 = idx_dtype == PCOPS_INDEX_INT32;
     if (B == 0 || N == 0 || C == 0) return PCOPS_SUCCESS;
     if (!grad_features || (M > 0 && S > 0 && (!grad_out || !idx))) return PCOPS_ERROR_INVALID_VALUE;
     const int half = dtype == PCOPS_FLOAT16 || dtype == PCOPS_BFLOAT16;
     if (half && !workspace) return PCOPS_ERROR_INVALID_VALUE;
     switch (dtype) {
         case PCOPS_FLOAT32:
-            group_backward_f32((const float*)grad_out, idx, B, N, C, M, S, (float*)grad_features);
+            group_backward_f32((const float*)grad_out, idx, idx32, B, N, C, M, S, (float*)grad_features);
             break;
         case PCOPS_FLOAT64:
-            group_backward_f64((const double*)grad_out, idx, B, N, C, M, S,
+            group_backward_f64((const double*)grad_out, idx, idx32, B, N, C, M, S,
                                (double*)grad_features);
             break;
         case PCOPS_FLOAT16:
-            group_backward_f16((const uint16_t*)grad_out, idx, B, N, C, M, S, (float*)workspace);
+            group_backward_f16((const uint16_t*)grad_out, idx, idx32, B, N, C, M, S, (float*)workspace);
             break;
         case PCOPS_BFLOAT16:
-            group_backward_bf16((const uint16_t*)grad_out, idx, B, N, C, M, S, (float*)workspace);
+            group_backward_bf16((const uint16_t*)grad_out, idx, idx32, B, N, C, M, S, (float*)workspace);
             break;
     }
     if (half)

@@ -93,15 +93,15 @@ bool is_aligned(const void* p, size_t bytes) { return (uintptr_t)p % bytes == 0;
 
 // out[i] for i in [0, B*M*S*V): vector v of output row r = (b, m, s) (I: the loop index type,
 // 32-bit when the vector count and the loop's last step fit).
-template <typename VecT, typename I>
+template <typename VecT, typename I, typename IdxT>
 __global__ void __launch_bounds__(kThreads)
-group_kernel(const VecT* __restrict__ features, const int64_t* __restrict__ idx, int64_t N, I V,
+group_kernel(const VecT* __restrict__ features, const IdxT* __restrict__ idx, int64_t N, I V,
              I MS, I total, VecT* __restrict__ out) {
     for (I i = (I)blockIdx.x * kThreads + threadIdx.x; i < total; i += (I)gridDim.x * kThreads) {
         const I r = i / V;
         const I v = i - r * V;
         const I b = r / MS;
-        const int64_t n = idx[r];
+        const int64_t n = (int64_t)idx[r];
         VecT value{};  // zeros for -1 and anything outside [0, N)
         if (n >= 0 && n < N) value = features[((int64_t)b * N + n) * (int64_t)V + v];
         out[i] = value;
@@ -109,13 +109,13 @@ group_kernel(const VecT* __restrict__ features, const int64_t* __restrict__ idx,
 }
 
 // Step 1 of the backward: sort keys and positions of the T slots.
-template <typename K>
+template <typename K, typename IdxT>
 __global__ void __launch_bounds__(kThreads)
-group_keys_kernel(const int64_t* __restrict__ idx, int64_t N, K MS, K total, K sentinel,
+group_keys_kernel(const IdxT* __restrict__ idx, int64_t N, K MS, K total, K sentinel,
                   K* __restrict__ keys, K* __restrict__ positions) {
     for (K p = (K)blockIdx.x * kThreads + threadIdx.x; p < total; p += (K)gridDim.x * kThreads) {
         const K b = p / MS;
-        const int64_t n = idx[p];
+        const int64_t n = (int64_t)idx[p];
         keys[p] = (n >= 0 && n < N) ? (K)(b * (K)N + (K)n) : sentinel;
         positions[p] = p;
     }
@@ -172,18 +172,18 @@ group_backward_kernel(const typename D::Storage* __restrict__ grad_out,
 // ------------------------------------------------------------------------------------------
 // kernel launchers
 
-template <typename VecT>
-cudaError_t launch_group(const void* features, const int64_t* idx, int64_t B, int64_t N,
+template <typename VecT, typename IdxT>
+cudaError_t launch_group(const void* features, const IdxT* idx, int64_t B, int64_t N,
                          int64_t M, int64_t S, int64_t V, void* out, cudaStream_t stream) {
     const int64_t total = B * M * S * V;
     const unsigned grid = pcops_grid_stride_blocks(total, kThreads);
     // 32-bit loop indices when i + gridDim.x * kThreads cannot pass 2**32.
     if (total <= INT32_MAX)
-        group_kernel<VecT, uint32_t><<<grid, kThreads, 0, stream>>>(
+        group_kernel<VecT, uint32_t, IdxT><<<grid, kThreads, 0, stream>>>(
             (const VecT*)features, idx, N, (uint32_t)V, (uint32_t)(M * S), (uint32_t)total,
             (VecT*)out);
     else
-        group_kernel<VecT, uint64_t><<<grid, kThreads, 0, stream>>>(
+        group_kernel<VecT, uint64_t, IdxT><<<grid, kThreads, 0, stream>>>(
             (const VecT*)features, idx, N, (uint64_t)V, (uint64_t)(M * S), (uint64_t)total,
             (VecT*)out);
     return cudaGetLastError();
@@ -268,8 +268,8 @@ cudaError_t launch_backward_sum(const void* grad_out, const K* offsets, const K*
     return cudaGetLastError();
 }
 
-template <typename K>
-cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const int64_t* idx,
+template <typename K, typename IdxT>
+cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const IdxT* idx,
                             int64_t B, int64_t N, int64_t C, int64_t M, int64_t S,
                             const BackwardLayout& L, void* grad_features, cudaStream_t stream) {
     const int64_t total = B * M * S;
@@ -282,7 +282,7 @@ cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const int64
     cub::DoubleBuffer<K> keys(keys0, keys1), positions(pos0, pos1);
     cudaError_t err;
     if (total > 0) {
-        group_keys_kernel<K><<<pcops_grid_stride_blocks(total, kThreads), kThreads, 0, stream>>>(
+        group_keys_kernel<K, IdxT><<<pcops_grid_stride_blocks(total, kThreads), kThreads, 0, stream>>>(
             idx, N, (K)(M * S), (K)total, (K)(B * N), keys0, pos0);
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
         size_t temp_bytes = L.temp_bytes;
@@ -311,12 +311,26 @@ cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const int64
     return cudaErrorInvalidValue;
 }
 
+
+// The group launch for one channel-vector width, with the index type chosen at run time.
+template <typename VecT>
+cudaError_t launch_group_any(const void* features, const void* idx, pcops_index_dtype idx_dtype,
+                             int64_t B, int64_t N, int64_t M, int64_t S, int64_t V, void* out,
+                             cudaStream_t stream) {
+    if (idx_dtype == PCOPS_INDEX_INT32)
+        return launch_group<VecT>(features, (const int32_t*)idx, B, N, M, S, V, out, stream);
+    return launch_group<VecT>(features, (const int64_t*)idx, B, N, M, S, V, out, stream);
+}
+
 }  // namespace
 
 extern "C" cudaError_t pcops_group_cuda(pcops_dtype dtype, const void* features,
-                                        const int64_t* idx, int64_t B, int64_t N, int64_t C,
-                                        int64_t M, int64_t S, void* out, cudaStream_t stream) {
+                                        const void* idx, pcops_index_dtype idx_dtype, int64_t B,
+                                        int64_t N, int64_t C, int64_t M, int64_t S, void* out,
+                                        cudaStream_t stream) {
     if (B < 0 || N < 0 || C < 0 || M < 0 || S < 0) return cudaErrorInvalidValue;
+    if (idx_dtype != PCOPS_INDEX_INT64 && idx_dtype != PCOPS_INDEX_INT32)
+        return cudaErrorInvalidValue;
     const size_t elem_bytes = pcops_dtype_size(dtype);
     if (elem_bytes == 0) return cudaErrorInvalidValue;
     if (B == 0 || M == 0 || S == 0 || C == 0) return cudaSuccess;
@@ -328,10 +342,19 @@ extern "C" cudaError_t pcops_group_cuda(pcops_dtype dtype, const void* features,
     const int64_t V = (int64_t)(row_bytes / width);
     cudaError_t err;
     switch (width) {
-        case 16: err = launch_group<uint4>(features, idx, B, N, M, S, V, out, stream); break;
-        case 8: err = launch_group<uint2>(features, idx, B, N, M, S, V, out, stream); break;
-        case 4: err = launch_group<uint32_t>(features, idx, B, N, M, S, V, out, stream); break;
-        default: err = launch_group<uint16_t>(features, idx, B, N, M, S, V, out, stream); break;
+        case 16:
+            err = launch_group_any<uint4>(features, idx, idx_dtype, B, N, M, S, V, out, stream);
+            break;
+        case 8:
+            err = launch_group_any<uint2>(features, idx, idx_dtype, B, N, M, S, V, out, stream);
+            break;
+        case 4:
+            err = launch_group_any<uint32_t>(features, idx, idx_dtype, B, N, M, S, V, out, stream);
+            break;
+        default:
+            err = launch_group_any<uint16_t>(features, idx, idx_dtype, B, N, M, S, V, out,
+                                             stream);
+            break;
     }
     return pcops_launch_tail(err, stream);
 }
@@ -344,23 +367,42 @@ extern "C" size_t pcops_group_backward_cuda_workspace_bytes(int64_t B, int64_t N
     return L.total_bytes;
 }
 
+namespace {
+
+// launch_backward with the index type chosen at run time.
+template <typename K>
+cudaError_t launch_backward_any(pcops_dtype dtype, const void* grad_out, const void* idx,
+                                pcops_index_dtype idx_dtype, int64_t B, int64_t N, int64_t C,
+                                int64_t M, int64_t S, const BackwardLayout& L,
+                                void* grad_features, cudaStream_t stream) {
+    if (idx_dtype == PCOPS_INDEX_INT32)
+        return launch_backward<K>(dtype, grad_out, (const int32_t*)idx, B, N, C, M, S, L,
+                                  grad_features, stream);
+    return launch_backward<K>(dtype, grad_out, (const int64_t*)idx, B, N, C, M, S, L,
+                              grad_features, stream);
+}
+
+}  // namespace
+
 extern "C" cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
-                                                 const int64_t* idx, int64_t B, int64_t N,
-                                                 int64_t C, int64_t M, int64_t S,
-                                                 void* workspace, void* grad_features,
-                                                 cudaStream_t stream) {
+                                                 const void* idx, pcops_index_dtype idx_dtype,
+                                                 int64_t B, int64_t N, int64_t C, int64_t M,
+                                                 int64_t S, void* workspace,
+                                                 void* grad_features, cudaStream_t stream) {
     if (B < 0 || N < 0 || C < 0 || M < 0 || S < 0) return cudaErrorInvalidValue;
     if (pcops_dtype_size(dtype) == 0) return cudaErrorInvalidValue;
+    if (idx_dtype != PCOPS_INDEX_INT64 && idx_dtype != PCOPS_INDEX_INT32)
+        return cudaErrorInvalidValue;
     if (B == 0 || N == 0 || C == 0) return cudaSuccess;
     BackwardLayout L;
     cudaError_t err = backward_layout(B, N, M, S, workspace, &L);
     if (err != cudaSuccess) return err;
     if (workspace == nullptr && L.total_bytes > 0) return cudaErrorInvalidValue;
     if (L.wide)
-        err = launch_backward<uint64_t>(dtype, grad_out, idx, B, N, C, M, S, L, grad_features,
-                                        stream);
+        err = launch_backward_any<uint64_t>(dtype, grad_out, idx, idx_dtype, B, N, C, M, S, L,
+                                            grad_features, stream);
     else
-        err = launch_backward<uint32_t>(dtype, grad_out, idx, B, N, C, M, S, L, grad_features,
-                                        stream);
+        err = launch_backward_any<uint32_t>(dtype, grad_out, idx, idx_dtype, B, N, C, M, S, L,
+                                            grad_features, stream);
     return pcops_launch_tail(err, stream);
 }

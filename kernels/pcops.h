@@ -57,6 +57,13 @@ typedef enum pcops_dtype {
     PCOPS_BFLOAT16 = 3, /* only where a function says so (group) */
 } pcops_dtype;
 
+/* The element type of an index input (group, group_backward): int64, or int32 (what
+ * pointnet2_ops-style callers hold), read as is, without a converted copy. */
+typedef enum pcops_index_dtype {
+    PCOPS_INDEX_INT64 = 0,
+    PCOPS_INDEX_INT32 = 1,
+} pcops_index_dtype;
+
 typedef enum pcops_status {
     PCOPS_SUCCESS = 0,
     PCOPS_ERROR_INVALID_VALUE = 1, /* a negative size, k < 1, a NULL required pointer */
@@ -193,15 +200,17 @@ pcops_status pcops_ball_query_cpu_variant(pcops_dtype dtype, const void* query, 
  *           sums; 0, and NULL is fine, for float32/float64); on CUDA,
  *           pcops_group_backward_cuda_workspace_bytes(B, N, M, S) bytes (sort keys and
  *           positions of the B*M*S slots, B*N+1 segment offsets, cub's radix-sort storage).
+ * idx is int64 or int32 (idx_dtype), the same rule for the forward and the backward.
  * ---------------------------------------------------------------------------------------- */
-pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
-                             int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out);
+pcops_status pcops_group_cpu(pcops_dtype dtype, const void* features, const void* idx,
+                             pcops_index_dtype idx_dtype, int64_t B, int64_t N, int64_t C,
+                             int64_t M, int64_t S, void* out);
 
 size_t pcops_group_backward_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N,
                                               int64_t C);
 pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
-                                      const int64_t* idx, int64_t B, int64_t N, int64_t C,
-                                      int64_t M, int64_t S, void* workspace,
+                                      const void* idx, pcops_index_dtype idx_dtype, int64_t B,
+                                      int64_t N, int64_t C, int64_t M, int64_t S, void* workspace,
                                       void* grad_features);
 
 /* ------------------------------------------------------------------------------------------
@@ -337,14 +346,14 @@ cudaError_t pcops_ball_query_cuda_run(const pcops_ball_query_cuda_plan* plan, co
                                       const int64_t* ref_lengths, void* workspace, int64_t* idx,
                                       int64_t* count, cudaStream_t stream);
 
-cudaError_t pcops_group_cuda(pcops_dtype dtype, const void* features, const int64_t* idx,
-                             int64_t B, int64_t N, int64_t C, int64_t M, int64_t S, void* out,
-                             cudaStream_t stream);
+cudaError_t pcops_group_cuda(pcops_dtype dtype, const void* features, const void* idx,
+                             pcops_index_dtype idx_dtype, int64_t B, int64_t N, int64_t C,
+                             int64_t M, int64_t S, void* out, cudaStream_t stream);
 
 size_t pcops_group_backward_cuda_workspace_bytes(int64_t B, int64_t N, int64_t M, int64_t S);
 cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
-                                      const int64_t* idx, int64_t B, int64_t N, int64_t C,
-                                      int64_t M, int64_t S, void* workspace,
+                                      const void* idx, pcops_index_dtype idx_dtype, int64_t B,
+                                      int64_t N, int64_t C, int64_t M, int64_t S, void* workspace,
                                       void* grad_features, cudaStream_t stream);
 
 /* Circle NMS on CUDA. variant 0: by size (what pcops_circle_nms_cuda does: 1 up to

@@ -37,13 +37,14 @@ typedef struct {
 
 static cudaError_t launch_forward(void* ctx, cudaStream_t stream) {
     const GroupArgs* a = (const GroupArgs*)ctx;
-    return pcops_group_cuda(PCOPS_FLOAT32, a->features, a->idx, B, N, C, M, S, a->out, stream);
+    return pcops_group_cuda(PCOPS_FLOAT32, a->features, a->idx, PCOPS_INDEX_INT64, B, N, C, M,
+                            S, a->out, stream);
 }
 
 static cudaError_t launch_backward(void* ctx, cudaStream_t stream) {
     const GroupArgs* a = (const GroupArgs*)ctx;
-    return pcops_group_backward_cuda(PCOPS_FLOAT32, a->grad_out, a->idx, B, N, C, M, S,
-                                     a->workspace, a->grad, stream);
+    return pcops_group_backward_cuda(PCOPS_FLOAT32, a->grad_out, a->idx, PCOPS_INDEX_INT64, B,
+                                     N, C, M, S, a->workspace, a->grad, stream);
 }
 #endif
 
@@ -63,8 +64,9 @@ int main(int argc, char** argv) {
     float* out = (float*)lab_malloc(n_out * sizeof(float));
     float* want = (float*)lab_malloc(n_out * sizeof(float));
     double t = lab_seconds();
-    lab_require_status(pcops_group_cpu(PCOPS_FLOAT32, features, idx, B, N, C, M, S, out),
-                       "pcops_group_cpu");
+    lab_require_status(
+        pcops_group_cpu(PCOPS_FLOAT32, features, idx, PCOPS_INDEX_INT64, B, N, C, M, S, out),
+        "pcops_group_cpu");
     printf("cpu group: %.3f ms\n", 1e3 * (lab_seconds() - t));
     naive_group(features, idx, want);
     lab_check_equal(out, want, n_out, sizeof(float), "cpu group vs naive gather");
@@ -73,7 +75,8 @@ int main(int argc, char** argv) {
     float* grad_want = (float*)lab_malloc(n_feat * sizeof(float));
     t = lab_seconds();
     lab_require_status(
-        pcops_group_backward_cpu(PCOPS_FLOAT32, grad_out, idx, B, N, C, M, S, NULL, grad),
+        pcops_group_backward_cpu(PCOPS_FLOAT32, grad_out, idx, PCOPS_INDEX_INT64, B, N, C, M, S,
+                                 NULL, grad),
         "pcops_group_backward_cpu");
     printf("cpu group_backward: %.3f ms\n", 1e3 * (lab_seconds() - t));
     naive_backward(grad_out, idx, grad_want);

@@ -4,6 +4,9 @@ from torch import Tensor
 
 __all__ = ["group", "group_backward"]
 
+# idx of group and group_backward: int64, or int32 (read as is, without a converted copy)
+_INDEX_DTYPES = (torch.long, torch.int32)
+
 
 def group(features: Tensor, idx: Tensor) -> Tensor:
     """Gathers the features of each group's neighbours:
@@ -18,7 +21,8 @@ def group(features: Tensor, idx: Tensor) -> Tensor:
     Args:
         features: ``[B, N, C]`` per-point features (channels last), float32/float64/float16/
             bfloat16, on the CPU or CUDA; need not be contiguous.
-        idx: int64 ``[B, M, S]`` indices in ``[-1, N)``. Checked on the CPU; on CUDA only
+        idx: int64 or int32 ``[B, M, S]`` indices in ``[-1, N)`` (int32, as pointnet2_ops
+            code holds them, is read without a converted copy). Checked on the CPU; on CUDA only
             under :func:`pcops.set_debug_checks` (a check there is a host synchronisation), and
             otherwise any value outside ``[0, N)`` reads as -1 (zeros).
 
@@ -45,8 +49,8 @@ def group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
 
     Args:
         grad_out: ``[B, M, S, C]``, float32/float64/float16/bfloat16.
-        idx: int64 ``[B, M, S]`` indices in ``[-1, num_points)``, checked as in :func:`group`;
-            unchecked values outside ``[0, num_points)`` add nothing.
+        idx: int64 or int32 ``[B, M, S]`` indices in ``[-1, num_points)``, checked as in
+            :func:`group`; unchecked values outside ``[0, num_points)`` add nothing.
         num_points: ``N >= 0``, the number of points of the features that were grouped.
 
     Returns:
@@ -64,7 +68,8 @@ def group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
 @torch.library.register_fake("pcops::group")
 def _group_fake(features, idx):
     torch._check(features.dim() == 3, lambda: "features must be [B, N, C]")
-    torch._check(idx.dim() == 3 and idx.dtype == torch.long, lambda: "idx must be int64 [B, M, S]")
+    torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
+                 lambda: "idx must be int64 or int32 [B, M, S]")
     torch._check(idx.shape[0] == features.shape[0], lambda: "idx and features differ in B")
     B, _, C = features.shape
     _, M, S = idx.shape
@@ -74,7 +79,8 @@ def _group_fake(features, idx):
 @torch.library.register_fake("pcops::group_backward")
 def _group_backward_fake(grad_out, idx, num_points):
     torch._check(grad_out.dim() == 4, lambda: "grad_out must be [B, M, S, C]")
-    torch._check(idx.dim() == 3 and idx.dtype == torch.long, lambda: "idx must be int64 [B, M, S]")
+    torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
+                 lambda: "idx must be int64 or int32 [B, M, S]")
     torch._check(num_points >= 0, lambda: "num_points must be >= 0")
     B, _, _, C = grad_out.shape
     return grad_out.new_empty((B, num_points, C))

@@ -111,6 +111,19 @@ def test_fps_is_exact_far_from_the_origin(device, gen):
     assert not torch.equal(tc.fps(far, batch, 0.1, False).cpu(), torch.arange(20))
 
 
+def test_fps_batch_size_ptr_and_empty_clouds(device, gen):
+    """batch_size past the last id (trailing empty clouds) and below it (the clouds past it
+    are dropped), negative ids, and ptr: the same samples as the reference."""
+    x, batch = random_batch([12, 0, 9, 30], gen, device)
+    ref = fps_naive(x, batch, 0.4).to(device)
+    assert_equal(tc.fps(x, batch, 0.4, False, batch_size=7), ref, what="batch_size 7")
+    assert_equal(tc.fps(x, batch, 0.4, False, batch_size=3), ref[ref < 21], what="batch_size 3")
+    ptr = torch.tensor([0, 12, 12, 21, 51], device=device)
+    assert_equal(tc.fps(x, ptr=ptr, ratio=0.4, random_start=False), ref, what="ptr")
+    with pytest.raises(ValueError, match="negative cloud ids"):
+        tc.fps(x, batch - 1)
+
+
 def test_batch_vectors_must_be_sorted(device, gen):
     x, _ = random_batch([10], gen, device)
     bad = torch.tensor([0, 0, 1, 1, 0, 1, 1, 1, 1, 1], device=device)
@@ -225,3 +238,31 @@ def test_fps_sample_counts_round_like_torch_cluster(dtype):
     exp = int(torch.ceil(torch.tensor(30.0, dtype=dtype) * torch.tensor(0.3, dtype=dtype)))
     assert len(tc.fps(x, None, 0.3, False)) == exp
     assert len(tc.fps(x, batch, 0.3, False, batch_size=2)) == exp  # the batched path
+
+
+def _syncs(fn):
+    """The number of host synchronisations of fn() (CUDA sync debug mode, one warning each)."""
+    import warnings
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def test_one_host_synchronisation_per_call(cuda, gen):
+    """fps with a batch vector, radius and knn of one cloud: a single synchronisation (the
+    output size depends on the data), as few as torch_cluster's (fps and radius have two)."""
+    x, batch = random_batch([300, 200, 1], gen, cuda)
+    x = x.float()
+    one = x[:300]
+    assert _syncs(lambda: tc.fps(x, batch, 0.25, False)) == 1
+    assert _syncs(lambda: tc.fps(x, batch, 0.25, True)) == 1
+    assert _syncs(lambda: tc.radius(one, one[:50], 0.2, max_num_neighbors=16)) == 1
+    assert _syncs(lambda: tc.knn(one, one[:50], 400)) == 1
+    assert _syncs(lambda: tc.knn(one, one[:50], 8)) == 0

@@ -126,6 +126,27 @@ def test_group_special_values_are_copied_bit_for_bit(device):
     assert got.tolist() == [0x7F7FFFFF, 0x00000001, 0x80000000, 0xFF800000, 0x7FC00001, 0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_int32_idx_is_read_as_is(device, gen, dtype):
+    """int32 indices (pointnet2_ops's) give the int64 results bit for bit, forward and
+    backward, against the float64 references; the int32 tensor is not converted."""
+    B, N, C, M, S = 3, 50, 7, 11, 6
+    features = rand_features(B, N, C, gen, dtype=dtype).to(device)
+    idx = rand_idx(B, M, S, N, gen, device=device)
+    idx32 = idx.int()
+    out = group_op(features, idx32)
+    assert_equal(out, group_reference(features, idx), what="int32 forward vs reference")
+    assert_equal(out, group_op(features, idx), what="int32 vs int64 forward")
+    grad_out = torch.randn(B, M, S, C, generator=gen).to(dtype).to(device)
+    got = backward_op(grad_out, idx32, N)
+    assert_equal(got, backward_op(grad_out, idx, N), what="int32 vs int64 backward")
+    assert_equal(got, expected_backward(grad_out, idx, N), what="int32 backward vs ordered sum")
+    f = features.double().requires_grad_()
+    (g,) = torch.autograd.grad(group_op(f, idx32), f, grad_out.double())
+    assert_close(g, group_backward_float64(grad_out.double(), idx, N), atol=1e-12,
+                 what="int32 autograd vs float64")
+
+
 def test_group_minus_one_and_repeats(device, gen):
     features = rand_features(2, 6, 4, gen).to(device)
     idx = torch.tensor([[[-1, -1, -1], [5, 5, 5]], [[0, -1, 0], [3, 2, 1]]], device=device)
@@ -277,9 +298,10 @@ def test_gradcheck_float64(device, gen, with_empty):
 
 @pytest.mark.parametrize("requires_grad", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_opcheck(device, gen, requires_grad, dtype):
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
+def test_opcheck(device, gen, requires_grad, dtype, idx_dtype):
     features = rand_features(2, 9, 4, gen, dtype=dtype).to(device).requires_grad_(requires_grad)
-    idx = rand_idx(2, 5, 3, 9, gen, device=device)
+    idx = rand_idx(2, 5, 3, 9, gen, device=device).to(idx_dtype)
     torch.library.opcheck(group_op, (features, idx))
     grad_out = torch.randn(2, 5, 3, 4, generator=gen).to(dtype).to(device).requires_grad_(requires_grad)
     torch.library.opcheck(backward_op, (grad_out, idx, 9))
@@ -297,13 +319,14 @@ def _group_bad_cases(device):
         ((torch.rand(10, 4, device=device), i), ValueError, r"'features' must be a tensor of shape \[B, N, C\], got a 2-D"),
         ((torch.ones(2, 10, 4, dtype=torch.int32, device=device), i), TypeError, r"'features' must be a floating point"),
         ((torch.ones(2, 10, 4, dtype=torch.bool, device=device), i), TypeError, r"'features' must be a floating point"),
-        ((f, i.float()), TypeError, r"'idx' must be an int64 tensor, got a 3-D Float tensor"),
-        ((f, i.int()), TypeError, r"'idx' must be an int64 tensor"),
+        ((f, i.float()), TypeError, r"'idx' must be an int64 or int32 tensor, got a 3-D Float tensor"),
+        ((f, i.short()), TypeError, r"'idx' must be an int64 or int32 tensor, got a 3-D Short"),
         ((f, i[0]), ValueError, r"'idx' must be a tensor of shape \[B, M, S\], got a 2-D"),
         ((f, i[None]), ValueError, r"'idx' must be a tensor of shape \[B, M, S\], got a 4-D"),
         ((f, i[:1]), ValueError, r"'idx' must have 2 \(the batch size B of 'features'\) in dimension 0"),
         ((f, i + 10), ValueError, r"'idx' must hold values in \[-1, N\) = \[-1, 10\), got values in \[10, 10\]"),
         ((f, i - 2), ValueError, r"'idx' must hold values in \[-1, N\) = \[-1, 10\), got values in \[-2, -2\]"),
+        ((f, i.int() + 10), ValueError, r"'idx' must hold values in \[-1, N\) = \[-1, 10\), got values in \[10, 10\]"),
         ((torch.rand(2, 0, 4, device=device), i), ValueError, r"'idx' must hold values in \[-1, N\) = \[-1, 0\)"),
     ]
     if hasattr(torch, "float8_e4m3fn"):
@@ -311,7 +334,7 @@ def _group_bad_cases(device):
     return cases
 
 
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(13))
 def test_group_bad_inputs_raise(device, case, debug_checks):
     cases = _group_bad_cases(device)
     if case >= len(cases):
@@ -327,7 +350,7 @@ def _backward_bad_cases(device):
     return [
         ((g[0], i, 10), ValueError, r"'grad_out' must be a tensor of shape \[B, M, S, C\], got a 3-D"),
         ((g.int(), i, 10), TypeError, r"'grad_out' must be a floating point"),
-        ((g, i.int(), 10), TypeError, r"'idx' must be an int64 tensor"),
+        ((g, i.float(), 10), TypeError, r"'idx' must be an int64 or int32 tensor, got a 3-D Float"),
         ((g, i[0], 10), ValueError, r"'idx' must be a tensor of shape \[B, M, S\], got a 2-D"),
         ((g, i[:1], 10), ValueError, r"'idx' must have 2 \(the batch size B of 'grad_out'\) in dimension 0"),
         ((g, i[:, :2], 10), ValueError, r"'idx' must have 3 \(M, dimension 1 of 'grad_out'\) in dimension 1"),
@@ -335,10 +358,11 @@ def _backward_bad_cases(device):
         ((g, i, -1), ValueError, r"'num_points' must be >= 0, got -1"),
         ((g, i + 10, 10), ValueError, r"'idx' must hold values in \[-1, num_points\) = \[-1, 10\), got values in \[10, 10\]"),
         ((g, i - 5, 10), ValueError, r"'idx' must hold values in \[-1, num_points\) = \[-1, 10\), got values in \[-5, -5\]"),
+        ((g, i.int() - 5, 10), ValueError, r"'idx' must hold values in \[-1, num_points\) = \[-1, 10\), got values in \[-5, -5\]"),
     ]
 
 
-@pytest.mark.parametrize("case", range(10))
+@pytest.mark.parametrize("case", range(11))
 def test_group_backward_bad_inputs_raise(device, case, debug_checks):
     args, exc, pattern = _backward_bad_cases(device)[case]
     with pytest.raises(exc, match=r"pcops\.group_backward: .*" + pattern):
@@ -363,11 +387,12 @@ def test_mixed_devices_raise(cuda):
         backward_op(g, i.cuda(), 10)
 
 
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("B,N,C,M,S", SIZES + [(32, 1024, 64, 512, 32), (8, 20000, 3, 4096, 16)])
-def test_cuda_matches_cpu_bitwise(cuda, gen, dtype, B, N, C, M, S):
+def test_cuda_matches_cpu_bitwise(cuda, gen, dtype, B, N, C, M, S, idx_dtype):
     features = rand_features(B, N, C, gen, dtype=dtype)
-    idx = rand_idx(B, M, S, N, gen)
+    idx = rand_idx(B, M, S, N, gen).to(idx_dtype)
     assert_equal(group_op(features.cuda(), idx.cuda()), group_op(features, idx), what="forward")
     grad_out = torch.randn(B, M, S, C, generator=gen).to(dtype)
     assert_equal(backward_op(grad_out.cuda(), idx.cuda(), N), backward_op(grad_out, idx, N), what="backward")

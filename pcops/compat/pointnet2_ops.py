@@ -43,6 +43,11 @@ def _long(idx: Tensor) -> Tensor:
     return idx if idx.dtype == torch.long else idx.long()
 
 
+def _group_index(idx: Tensor) -> Tensor:
+    """The group op reads int32 (what pointnet2_ops hands in) and int64 as they are."""
+    return idx if idx.dtype in (torch.int32, torch.long) else idx.long()
+
+
 def furthest_point_sample(xyz: Tensor, npoint: int) -> Tensor:
     """Greedy farthest point sampling from index 0: ``xyz [B, N, 3]`` -> int32 ``[B, npoint]``."""
     idx, _ = torch.ops.pcops.furthest_point_sample.default(xyz.detach(), npoint)
@@ -52,14 +57,14 @@ def furthest_point_sample(xyz: Tensor, npoint: int) -> Tensor:
 def gather_operation(features: Tensor, idx: Tensor) -> Tensor:
     """``features [B, C, N]``, ``idx [B, npoint]`` -> ``[B, C, npoint]``, differentiable with
     respect to ``features``."""
-    out = torch.ops.pcops.group.default(features.transpose(1, 2), _long(idx).unsqueeze(-1))
+    out = torch.ops.pcops.group.default(features.transpose(1, 2), _group_index(idx).unsqueeze(-1))
     return out.squeeze(2).transpose(1, 2)  # [B, npoint, 1, C] -> [B, C, npoint]
 
 
 def grouping_operation(features: Tensor, idx: Tensor) -> Tensor:
     """``features [B, C, N]``, ``idx [B, npoint, nsample]`` -> ``[B, C, npoint, nsample]``,
     differentiable with respect to ``features`` (deterministic backward)."""
-    out = torch.ops.pcops.group.default(features.transpose(1, 2), _long(idx))
+    out = torch.ops.pcops.group.default(features.transpose(1, 2), _group_index(idx))
     return out.permute(0, 3, 1, 2)
 
 

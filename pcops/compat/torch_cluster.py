@@ -9,9 +9,11 @@ in index order, as torch_cluster's CUDA code), ``loop``, ``batch_size``. Unsorte
 vectors raise ValueError ("'batch_x' is not sorted"), as recent torch_cluster does; clouds
 with no points (empty batches) are fine.
 
-Output sizes depend on the data, so these functions synchronise with the host, as
-torch_cluster's do. Batched calls repack the flat points into a padded ``[B, L, 3]`` batch
-(one copy of the points) and call the pcops op once.
+Output sizes depend on the data, so these functions synchronise with the host once per call
+(torch_cluster's fps and radius: twice); the batch vectors' checks ride on that one copy.
+Batched calls repack the flat points into a padded ``[B, L, 3]`` batch (one gather of the
+points, located by binary searches of the sorted batch vector on the device) and call the
+pcops op once.
 
 Differences (see the README): D <= 3 (fewer coordinates are padded with zeros; D > 3 raises
 NotImplementedError), ``cosine=True`` raises NotImplementedError; FPS distances start at +inf
@@ -50,11 +52,16 @@ def _points(x: Tensor, fn: str, arg: str) -> Tensor:
 
 
 def _check_batch(batch: Optional[Tensor], n: int, fn: str, arg: str) -> None:
+    """Shape checks (no synchronisation); the values are checked by `_layout`."""
     if batch is None:
         return
     if batch.dim() != 1 or batch.numel() != n:
         raise ValueError(f"pcops.compat.torch_cluster.{fn}: argument '{arg}' must be [N] with "
                          f"N = {n}, got shape {list(batch.shape)}")
+
+
+def _check_batch_values(batch: Tensor, fn: str, arg: str) -> None:
+    """The exact value checks, on the host: only run once `_layout` has seen a bad vector."""
     if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
         raise ValueError(f"'{arg}' is not sorted")
     if batch.numel() > 0 and int(batch[0]) < 0:
@@ -62,26 +69,41 @@ def _check_batch(batch: Optional[Tensor], n: int, fn: str, arg: str) -> None:
                          "cloud ids")
 
 
-def _pack(x: Tensor, batch: Tensor, B: int):
-    """Flat points and a sorted batch vector -> (padded [B, L, 3], lengths [B], ptr [B+1],
-    pos [N] (the row of each point in its cloud))."""
-    counts = torch.bincount(batch, minlength=B)[:B]
-    ptr = F.pad(counts.cumsum(0), (1, 0))
-    L = int(counts.max()) if B > 0 else 0
-    pos = torch.arange(x.shape[0], device=x.device) - ptr[batch]
-    # index_copy_ on the flattened rows (advanced-index assignment is ~400x slower on the CPU)
-    padded = x.new_zeros((B * L, x.shape[1])).index_copy_(0, batch * L + pos, x)
-    return padded.view(B, L, x.shape[1]), counts, ptr, pos
+def _cloud_bounds(batch: Tensor):
+    """Per point of a sorted batch vector, the first point of its cloud and one past its last
+    (binary searches on the device, no synchronisation)."""
+    return torch.searchsorted(batch, batch), torch.searchsorted(batch, batch, right=True)
 
 
-def _batch_size(batch_size: Optional[int], *batches: Optional[Tensor]) -> int:
+def _layout(fn: str, batches, values):
+    """The one host synchronisation of a batched call: `values` (0-d int64 device tensors)
+    and, for each `(name, batch)` of `batches`, its last cloud id and a value < 0 when it is
+    unsorted or holds negative ids (its first id, or its smallest step), fetched in one copy.
+    Raises the ValueError of the first bad vector. Returns (last ids, values)."""
+    checks = []
+    for _, batch in batches:
+        steps = (batch[1:] - batch[:-1]).min() if batch.numel() > 1 else batch[0]
+        checks += [steps, batch[0], batch[-1]]
+    got = torch.stack(checks + list(values)).tolist()
+    for i, (name, batch) in enumerate(batches):
+        if min(got[3 * i], got[3 * i + 1]) < 0:
+            _check_batch_values(batch, fn, name)
+    return got[2:3 * len(batches):3], got[3 * len(batches):]
+
+
+def _pack(x: Tensor, batch: Tensor, B: int, L: int):
+    """Flat points and a sorted batch vector -> (padded [B, L, 3], lengths [B], ptr [B+1]),
+    with L at least the largest cloud. Rows past a cloud's length hold copies of other points
+    (the ops read only the first `lengths[b]`): one gather, no fill."""
+    ptr = torch.searchsorted(batch, torch.arange(B + 1, device=x.device))
+    src = (ptr[:-1].unsqueeze(1) + torch.arange(L, device=x.device)).clamp_(max=x.shape[0] - 1)
+    return x[src], ptr.diff(), ptr
+
+
+def _batch_size(batch_size: Optional[int], last_ids) -> int:
     if batch_size is not None:
         return int(batch_size)
-    size = 1
-    for b in batches:
-        if b is not None and b.numel() > 0:
-            size = max(size, int(b[-1]) + 1)  # sorted: the last id is the largest
-    return size
+    return max([1] + [int(last) + 1 for last in last_ids])
 
 
 def _samples(n: int, ratio: float, dtype: torch.dtype) -> int:
@@ -116,7 +138,8 @@ def fps(
     if ptr is not None:
         ptr = ptr.to(device=x.device, dtype=torch.long)
         counts = ptr[1:] - ptr[:-1]
-        batch = torch.repeat_interleave(torch.arange(counts.numel(), device=x.device), counts)
+        batch = torch.repeat_interleave(torch.arange(counts.numel(), device=x.device), counts,
+                                        output_size=x.shape[0])
     _check_batch(batch, x.shape[0], "fps", "batch")
     if batch is None:
         n = x.shape[0]
@@ -125,36 +148,66 @@ def fps(
             return torch.empty(0, dtype=torch.long, device=x.device)
         idx = _fps(x.detach().unsqueeze(0), k, None, random_start=bool(random_start))
         return idx[0]
-    B = _batch_size(batch_size, batch)
-    padded, counts, ptr_vec, _ = _pack(x.detach(), batch, B)
-    # samples per cloud, computed as torch_cluster does (in the dtype of src)
-    per_cloud = torch.ceil(counts.to(x.dtype) * torch.tensor(r, dtype=x.dtype)).long()
-    K = int(per_cloud.max()) if B > 0 else 0
-    if K == 0:
+    N = x.shape[0]
+    if N == 0:
         return torch.empty(0, dtype=torch.long, device=x.device)
-    idx = _fps(padded, K, counts, random_start=bool(random_start))
-    keep = torch.arange(K, device=x.device) < per_cloud.unsqueeze(1)
-    return (idx + ptr_vec[:-1].unsqueeze(1))[keep]
+    # Per point: its cloud's bounds and its rank j in the cloud; it is sampled (as the j-th
+    # sample of its cloud) iff j < ceil(n_b * ratio), computed as torch_cluster does (in the
+    # dtype of src). One synchronisation fetches the checks, the largest cloud and the number
+    # of samples; everything else stays on the device.
+    left, right = _cloud_bounds(batch)
+    counts = right - left
+    rank = torch.arange(N, device=x.device) - left
+    keep = rank < torch.ceil(counts.to(x.dtype) * torch.tensor(r, dtype=x.dtype)).long()
+    if batch_size is not None:
+        keep &= batch < int(batch_size)
+    (last,), (L, E) = _layout("fps", [("batch", batch)], [counts.max(), keep.sum()])
+    if E == 0:
+        return torch.empty(0, dtype=torch.long, device=x.device)
+    B = min(_batch_size(batch_size, [last]), last + 1)  # trailing empty clouds sample nothing
+    K = _samples(L, r, x.dtype)  # ceil(n * ratio) is monotonic in n: the largest cloud's
+    padded, lengths, _ = _pack(x.detach(), batch, B, L)
+    idx = _fps(padded, K, lengths, random_start=bool(random_start))
+    points = torch.nonzero_static(keep, size=E).squeeze(1)  # E is known: no synchronisation
+    return idx.view(-1)[batch[points] * K + rank[points]] + left[points]
+
+
+def _compact(idx: Tensor, valid: Tensor, offset: Optional[Tensor] = None) -> Tensor:
+    """COO ``[2, E]`` of the valid slots of ``idx [M, S]`` (row = the slot's row, col = its
+    index plus the row's ``offset``): one nonzero (the synchronisation the output size needs)
+    and two gathers written into the output."""
+    S = idx.shape[1]
+    slots = valid.view(-1).nonzero().squeeze(1)
+    out = torch.empty((2, slots.numel()), dtype=torch.long, device=idx.device)
+    torch.div(slots, S, rounding_mode="floor", out=out[0])
+    torch.index_select(idx.reshape(-1), 0, slots, out=out[1])
+    if offset is not None:
+        out[1] += offset[out[0]]
+    return out
 
 
 def _neighbours(op, x, y, batch_x, batch_y, batch_size, fn, *args):
     """Runs `op(query, ref, *args, query_lengths, ref_lengths)` on the clouds of y (queries)
     and x (refs); returns (local idx [M, S] into the cloud, count-or-None, x offset [M])."""
-    B = _batch_size(batch_size, batch_x, batch_y)
-    if B == 1:  # one cloud (sorted, non-negative ids whose largest is 0): no repacking
-        out = op(y.unsqueeze(0), x.unsqueeze(0), *args)
+    if batch_x is None and batch_y is None and (batch_size is None or int(batch_size) == 1):
+        out = op(y.unsqueeze(0), x.unsqueeze(0), *args)  # one cloud: no repacking
         return out[0][0], out[1][0], None
     if batch_x is None:
         batch_x = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
     if batch_y is None:
         batch_y = torch.zeros(y.shape[0], dtype=torch.long, device=y.device)
-    xp, x_len, x_ptr, _ = _pack(x, batch_x, B)
-    yp, y_len, _, y_pos = _pack(y, batch_y, B)
-    if xp.shape[1] == 0:  # no reference points at all
-        S = args[-1]
-        empty = torch.full((y.shape[0], S), -1, dtype=torch.long, device=x.device)
-        return empty, torch.zeros(y.shape[0], dtype=torch.long, device=x.device), None
+    lx, rx = _cloud_bounds(batch_x)
+    ly, ry = _cloud_bounds(batch_y)
+    last, (Lx, Ly) = _layout(fn, [("batch_x", batch_x), ("batch_y", batch_y)],
+                             [(rx - lx).max(), (ry - ly).max()])
+    B = _batch_size(batch_size, last)
+    if B == 1:  # one cloud (sorted, non-negative ids whose largest is 0): no repacking
+        out = op(y.unsqueeze(0), x.unsqueeze(0), *args)
+        return out[0][0], out[1][0], None
+    xp, x_len, x_ptr = _pack(x, batch_x, B, Lx)
+    yp, y_len, _ = _pack(y, batch_y, B, Ly)
     out = op(yp, xp, *args, y_len, x_len)
+    y_pos = torch.arange(y.shape[0], device=y.device) - ly
     first, second = out[0][batch_y, y_pos], out[1][batch_y, y_pos]
     return first, second, x_ptr[batch_y]
 
@@ -191,12 +244,10 @@ def knn(
         return idx, dist2
 
     idx, _, offset = _neighbours(op, xs, ys, batch_x, batch_y, batch_size, "knn", k)
-    rows = torch.arange(M, device=xs.device).unsqueeze(1).expand_as(idx)
-    if offset is None and k <= xs.shape[0]:
-        return torch.stack([rows.reshape(-1), idx.reshape(-1)])  # every slot is filled
-    valid = idx >= 0
-    col = idx if offset is None else idx + offset.unsqueeze(1)
-    return torch.stack([rows[valid], col[valid]])
+    if offset is None and k <= xs.shape[0]:  # every slot is filled
+        rows = torch.arange(M, device=xs.device).unsqueeze(1).expand_as(idx)
+        return torch.stack([rows.reshape(-1), idx.reshape(-1)])
+    return _compact(idx, idx >= 0, offset)
 
 
 def knn_graph(
@@ -254,12 +305,11 @@ def radius(
     idx, count, offset = _neighbours(op, xs, ys, batch_x, batch_y, batch_size, "radius",
                                      float(r), S)
     valid = torch.arange(S, device=xs.device) < count.unsqueeze(1)
-    col = idx if offset is None else idx + offset.unsqueeze(1)
-    rows = torch.arange(M, device=xs.device).unsqueeze(1).expand_as(idx)
     if ignore_same_index:
-        valid &= col != rows
+        col = idx if offset is None else idx + offset.unsqueeze(1)
+        valid &= col != torch.arange(M, device=xs.device).unsqueeze(1)
         valid &= valid.long().cumsum(1) <= max_num_neighbors
-    return torch.stack([rows[valid], col[valid]])
+    return _compact(idx, valid, offset)
 
 
 def radius_graph(
