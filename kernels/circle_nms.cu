@@ -181,6 +181,33 @@ __device__ __forceinline__ bool finite_xy(T x, T y) {
     return isfinite(x) && isfinite(y);
 }
 
+// The bounding box of the finite centres: one per thread, then per warp (both grids, the
+// block kernel's and the grid path's, take their cells from it). lo > hi: no finite centre.
+struct Box2 {
+    double lo_x, lo_y, hi_x, hi_y;
+
+    __device__ __forceinline__ static Box2 empty() {
+        return {INFINITY, INFINITY, -INFINITY, -INFINITY};
+    }
+    __device__ __forceinline__ void merge(const Box2& o) {
+        lo_x = fmin(lo_x, o.lo_x);
+        lo_y = fmin(lo_y, o.lo_y);
+        hi_x = fmax(hi_x, o.hi_x);
+        hi_y = fmax(hi_y, o.hi_y);
+    }
+    template <typename T>
+    __device__ __forceinline__ void add(T x, T y) {
+        if (finite_xy(x, y)) merge({(double)x, (double)y, (double)x, (double)y});
+    }
+    // Every lane ends with the box of its warp (all 32 lanes take part).
+    __device__ __forceinline__ void warp_reduce() {
+        const unsigned all = 0xffffffffu;
+        for (int off = 16; off > 0; off >>= 1)
+            merge({__shfl_xor_sync(all, lo_x, off), __shfl_xor_sync(all, lo_y, off),
+                   __shfl_xor_sync(all, hi_x, off), __shfl_xor_sync(all, hi_y, off)});
+    }
+};
+
 // Shared memory of the block kernel for N boxes, P = next power of two >= N (at least 1);
 // one carving for the size computed on the host and the pointers on the device.
 template <typename T>
@@ -233,7 +260,7 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
                  int64_t* __restrict__ num_kept) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t s_kept[kBlockMaxBoxes / kBoxesPerWord];  // kept bits per row block
-    __shared__ double s_lo[2][32], s_hi[2][32];                  // per-warp bounding boxes
+    __shared__ Box2 s_box[32];                                   // per-warp bounding boxes
     __shared__ BlockGrid s_grid;
     __shared__ int64_t s_count;
     const BlockSmem<T> sm = block_smem<T>(smem, N, P, groups != nullptr);
@@ -253,7 +280,7 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
     block_bitonic_sort(sm.key, sm.idx, P);
 
     // b. gather into visiting order; bounding box of the finite centres
-    double lo_x = INFINITY, lo_y = INFINITY, hi_x = -INFINITY, hi_y = -INFINITY;
+    Box2 box = Box2::empty();
     for (int p = tid; p < N; p += nthreads) {
         const int32_t o = sm.idx[p];  // a permutation of [0, N): the keys of [0, N) sort first
         const T x = centers[(int64_t)o * D + 0], y = centers[(int64_t)o * D + 1];
@@ -261,34 +288,14 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
         sm.x[p] = x;
         sm.y[p] = y;
         if (sm.g) sm.g[p] = groups[o];
-        if (finite_xy(x, y)) {
-            lo_x = fmin(lo_x, (double)x);
-            lo_y = fmin(lo_y, (double)y);
-            hi_x = fmax(hi_x, (double)x);
-            hi_y = fmax(hi_y, (double)y);
-        }
+        box.add(x, y);
     }
-    for (int off = 16; off > 0; off >>= 1) {
-        lo_x = fmin(lo_x, __shfl_xor_sync(0xffffffffu, lo_x, off));
-        lo_y = fmin(lo_y, __shfl_xor_sync(0xffffffffu, lo_y, off));
-        hi_x = fmax(hi_x, __shfl_xor_sync(0xffffffffu, hi_x, off));
-        hi_y = fmax(hi_y, __shfl_xor_sync(0xffffffffu, hi_y, off));
-    }
-    if ((tid & 31) == 0) {
-        s_lo[0][tid >> 5] = lo_x;
-        s_lo[1][tid >> 5] = lo_y;
-        s_hi[0][tid >> 5] = hi_x;
-        s_hi[1][tid >> 5] = hi_y;
-    }
-    __syncthreads();  // s_lo/s_hi written; sm.idx (score order) read for the last time
+    box.warp_reduce();
+    if ((tid & 31) == 0) s_box[tid >> 5] = box;
+    __syncthreads();  // s_box written; sm.idx (score order) read for the last time
     if (tid == 0) {
-        for (int w = 1; w < nthreads / 32; ++w) {
-            lo_x = fmin(lo_x, s_lo[0][w]);
-            lo_y = fmin(lo_y, s_lo[1][w]);
-            hi_x = fmax(hi_x, s_hi[0][w]);
-            hi_y = fmax(hi_y, s_hi[1][w]);
-        }
-        s_grid = make_grid(lo_x, lo_y, hi_x, hi_y, cell_min, kBlockMaxCells);
+        for (int w = 1; w < nthreads / 32; ++w) box.merge(s_box[w]);
+        s_grid = make_grid(box.lo_x, box.lo_y, box.hi_x, box.hi_y, cell_min, kBlockMaxCells);
     }
     __syncthreads();  // s_grid published
     const BlockGrid gr = s_grid;
@@ -657,7 +664,7 @@ nms_grid_gather_kernel(const T* __restrict__ centers, int64_t D, const int32_t* 
                        const int64_t* __restrict__ groups, int64_t N, T* __restrict__ xs,
                        T* __restrict__ ys, int64_t* __restrict__ gs, bool* __restrict__ keep_mask,
                        unsigned long long* __restrict__ bbox) {
-    double lo_x = INFINITY, lo_y = INFINITY, hi_x = -INFINITY, hi_y = -INFINITY;
+    Box2 box = Box2::empty();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < N; p += stride) {
         const int64_t o = order[p];  // a permutation of [0, N) (the sorted positions)
@@ -666,24 +673,14 @@ nms_grid_gather_kernel(const T* __restrict__ centers, int64_t D, const int32_t* 
         ys[p] = y;
         if (gs) gs[p] = groups[o];
         if (keep_mask) keep_mask[p] = false;  // every box index once
-        if (finite_xy(x, y)) {
-            lo_x = fmin(lo_x, (double)x);
-            lo_y = fmin(lo_y, (double)y);
-            hi_x = fmax(hi_x, (double)x);
-            hi_y = fmax(hi_y, (double)y);
-        }
+        box.add(x, y);
     }
-    for (int off = 16; off > 0; off >>= 1) {
-        lo_x = fmin(lo_x, __shfl_xor_sync(0xffffffffu, lo_x, off));
-        lo_y = fmin(lo_y, __shfl_xor_sync(0xffffffffu, lo_y, off));
-        hi_x = fmax(hi_x, __shfl_xor_sync(0xffffffffu, hi_x, off));
-        hi_y = fmax(hi_y, __shfl_xor_sync(0xffffffffu, hi_y, off));
-    }
-    if ((threadIdx.x & 31) == 0 && lo_x <= hi_x) {  // this warp saw a finite centre
-        atomicMin(&bbox[0], ordered_bits(lo_x));
-        atomicMin(&bbox[1], ordered_bits(lo_y));
-        atomicMax(&bbox[2], ordered_bits(hi_x));
-        atomicMax(&bbox[3], ordered_bits(hi_y));
+    box.warp_reduce();
+    if ((threadIdx.x & 31) == 0 && box.lo_x <= box.hi_x) {  // this warp saw a finite centre
+        atomicMin(&bbox[0], ordered_bits(box.lo_x));
+        atomicMin(&bbox[1], ordered_bits(box.lo_y));
+        atomicMax(&bbox[2], ordered_bits(box.hi_x));
+        atomicMax(&bbox[3], ordered_bits(box.hi_y));
     }
 }
 
@@ -992,22 +989,33 @@ struct MaskWorkspace {
 
 int score_end_bit(pcops_dtype score_dtype) { return score_dtype == PCOPS_FLOAT64 ? 64 : 32; }
 
+// cub's temp bytes for the sort by score (size only: no launch, the temp pointer is NULL).
+size_t score_sort_bytes(pcops_dtype score_dtype, int64_t N, cudaStream_t stream) {
+    size_t bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const uint64_t*)nullptr, (uint64_t*)nullptr,
+                                    (const int32_t*)nullptr, (int32_t*)nullptr, (int)N, 0,
+                                    score_end_bit(score_dtype), stream);
+    return bytes;
+}
+
+// The first pieces of both layouts (MaskWorkspace, GridWorkspace): the sort by score's keys
+// and positions, then cub's temp (w.cub_bytes).
+template <typename Workspace>
+void carve_score_sort(pcops_carver* c, int64_t N, Workspace& w) {
+    w.keys_in = (uint64_t*)pcops_carve(c, N, sizeof(uint64_t));
+    w.keys_out = (uint64_t*)pcops_carve(c, N, sizeof(uint64_t));
+    w.pos_in = (int32_t*)pcops_carve(c, N, sizeof(int32_t));
+    w.order = (int32_t*)pcops_carve(c, N, sizeof(int32_t));
+    w.cub_temp = pcops_carve(c, (int64_t)w.cub_bytes, 1);
+}
+
 MaskWorkspace mask_layout(void* base, size_t elem, pcops_dtype score_dtype, int64_t N,
                           cudaStream_t stream) {
     const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
     MaskWorkspace w;
-    w.cub_bytes = 0;
-    // size only: no launch (cub returns the temp size when the temp pointer is NULL)
-    cub::DeviceRadixSort::SortPairs(nullptr, w.cub_bytes, (const uint64_t*)nullptr,
-                                    (uint64_t*)nullptr, (const int32_t*)nullptr,
-                                    (int32_t*)nullptr, (int)N, 0, score_end_bit(score_dtype),
-                                    stream);
+    w.cub_bytes = score_sort_bytes(score_dtype, N, stream);
     pcops_carver c = pcops_carver_init(base);
-    w.keys_in = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
-    w.keys_out = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
-    w.pos_in = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
-    w.order = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
-    w.cub_temp = pcops_carve(&c, (int64_t)w.cub_bytes, 1);
+    carve_score_sort(&c, N, w);
     w.mask = (uint64_t*)pcops_carve(&c, N * C, sizeof(uint64_t));
     w.xs = pcops_carve(&c, N, elem);
     w.ys = pcops_carve(&c, N, elem);
@@ -1017,21 +1025,26 @@ MaskWorkspace mask_layout(void* base, size_t elem, pcops_dtype score_dtype, int6
     return w;
 }
 
-// Opts the block kernel into its shared memory (above 48 KB) once per device.
-template <typename T, typename S>
-cudaError_t block_kernel_attributes() {
-    static std::atomic<unsigned long long> done{0};  // a bit per device ordinal < 64
+// Lets `kernel` use `bytes` of dynamic shared memory (above 48 KB), once per device: `done`,
+// one per kernel, holds a bit per device ordinal < 64 (others set it on every call).
+template <typename Kernel>
+cudaError_t allow_shared_once(std::atomic<unsigned long long>& done, Kernel kernel, int bytes) {
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
     if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-    const size_t most =
-        block_smem<T>(nullptr, kBlockMaxBoxes, kBlockMaxBoxes, true).bytes;
-    err = cudaFuncSetAttribute(nms_block_kernel<T, S>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_relaxed);
     return err;
+}
+
+// Opts the block kernel into its shared memory (above 48 KB) once per device.
+template <typename T, typename S>
+cudaError_t block_kernel_attributes() {
+    static std::atomic<unsigned long long> done{0};
+    const size_t most = block_smem<T>(nullptr, kBlockMaxBoxes, kBlockMaxBoxes, true).bytes;
+    return allow_shared_once(done, nms_block_kernel<T, S>, (int)most);
 }
 
 template <typename T, typename S>
@@ -1111,22 +1124,15 @@ GridWorkspace grid_layout(void* base, size_t elem, pcops_dtype score_dtype, int6
     const int64_t max_cells = grid_max_cells(N);
     w.cell_bits = 1;
     while (w.cell_bits < 32 && (int64_t(1) << w.cell_bits) <= max_cells) ++w.cell_bits;
-    // size only: no launch (cub returns the temp size when the temp pointer is NULL)
-    size_t score_bytes = 0, cell_bytes = 0;
-    cub::DeviceRadixSort::SortPairs(nullptr, score_bytes, (const uint64_t*)nullptr,
-                                    (uint64_t*)nullptr, (const int32_t*)nullptr,
-                                    (int32_t*)nullptr, (int)N, 0, score_end_bit(score_dtype),
-                                    stream);
+    // cub's temp serves both sorts (size only: no launch, the temp pointer is NULL)
+    const size_t score_bytes = score_sort_bytes(score_dtype, N, stream);
+    size_t cell_bytes = 0;
     cub::DeviceRadixSort::SortPairs(nullptr, cell_bytes, (const uint32_t*)nullptr,
                                     (uint32_t*)nullptr, (const int32_t*)nullptr,
                                     (int32_t*)nullptr, (int)N, 0, w.cell_bits, stream);
     w.cub_bytes = score_bytes > cell_bytes ? score_bytes : cell_bytes;
     pcops_carver c = pcops_carver_init(base);
-    w.keys_in = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
-    w.keys_out = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
-    w.pos_in = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
-    w.order = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
-    w.cub_temp = pcops_carve(&c, (int64_t)w.cub_bytes, 1);
+    carve_score_sort(&c, N, w);
     w.xs = pcops_carve(&c, N, elem);
     w.ys = pcops_carve(&c, N, elem);
     w.gs = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
@@ -1154,17 +1160,8 @@ GridWorkspace grid_layout(void* base, size_t elem, pcops_dtype score_dtype, int6
 // device.
 template <typename T>
 cudaError_t grid_scan_attributes() {
-    static std::atomic<unsigned long long> done{0};  // a bit per device ordinal < 64
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
-    if (err != cudaSuccess) return err;
-    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
-    if (bit && (done.load(std::memory_order_relaxed) & bit)) return cudaSuccess;
-    err = cudaFuncSetAttribute(nms_grid_scan_kernel<T>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)(kGridSharedBits / 8));
-    if (err == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_relaxed);
-    return err;
+    static std::atomic<unsigned long long> done{0};
+    return allow_shared_once(done, nms_grid_scan_kernel<T>, (int)(kGridSharedBits / 8));
 }
 
 unsigned grid_blocks(int64_t n) {

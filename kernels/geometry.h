@@ -21,13 +21,15 @@
  *     (a - b) and (b - a) give the same bits, so the argument order is free.
  *   - Keys: pcops_key_greater_{f32,f64}(da, ia, db, ib) is the order; pcops_key_pack_f32 /
  *     pcops_key_dist_f32 / pcops_key_index pack a float32 entry into one uint64 whose integer
- *     order is the key order (dist2 >= +0, idx in [0, 2**32)).
+ *     order is the key order (dist2 >= +0, idx in [0, 2**32)); pcops_key_unpack_f32 turns a
+ *     run of them back into (dist2, idx) rows.
  *   - Heaps / lists: pcops_heap_push_<suffix>, pcops_heap_replace_top_<suffix>,
+ *     pcops_heap_keep_<suffix> (push until full, then replace the root),
  *     pcops_heap_sort_<suffix>, pcops_sorted_insert_<suffix>, for suffix f32 / f64 (pairs of
- *     arrays T dist[], int64_t idx[]) and u64 (packed keys). Every heap function takes a
- *     `stride` (entry j lives at [j * stride]): 1 for a contiguous row, blockDim.x for heaps
- *     interleaved by thread in shared memory. Other (T, index type) pairs:
- *     PCOPS_DEFINE_PAIR_LIST(suffix, T, I) in your own file (e.g. f64_i32, double, int32_t).
+ *     arrays T dist[], int64_t idx[]), f64_i32 (double dist[], int32_t idx[]) and u64 (packed
+ *     keys). Every heap function takes a `stride` (entry j lives at [j * stride]): 1 for a
+ *     contiguous row, blockDim.x for heaps interleaved by thread in shared memory. Other
+ *     (T, index type) pairs: PCOPS_DEFINE_PAIR_LIST(suffix, T, I) here, beside these.
  *   - Workspaces: describe the layout ONCE in a function that carves from a pcops_carver, and
  *     call it with base NULL from pcops_<op>_workspace_bytes (it then only counts) and with the
  *     real base from the launcher; see group.cu (backward_layout) for an example.
@@ -186,18 +188,20 @@ PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffff
  *    the threshold a new entry must beat) and a sorted list (for small caps). Entry j lives at
  *    [j * stride]. Typical use, visiting candidates n in ascending order:
  *
- *        if (count < cap) pcops_heap_push_f32(d, i, 1, count++, dn, n);
- *        else if (pcops_key_greater_f32(d[0], i[0], dn, n))
- *            pcops_heap_replace_top_f32(d, i, 1, cap, dn, n);
+ *        if (count < cap || pcops_key_greater_f32(d[0], i[0], dn, n))
+ *            if (pcops_heap_keep_f32(d, i, 1, cap, &count, dn, n)) threshold = d[0];
  *        ...
  *        pcops_heap_sort_f32(d, i, 1, count);  // ascending by key
  *
- *    The packed (u64) versions compare keys as integers. All are O(log cap) per entry, loop
- *    over the heap in place, and use no memory beyond the arrays given.
+ *    (pcops_heap_keep pushes while count < cap, then replaces the root; it returns 1 once the
+ *    heap is full, when the root is the threshold.) The packed (u64) versions compare keys as
+ *    integers; pcops_key_unpack_f32 turns a sorted packed heap into (dist2, idx) rows. All are
+ *    O(log cap) per entry, loop over the heap in place, and use no memory beyond the arrays
+ *    given.
  * ---------------------------------------------------------------------------------------- */
 
-/* Defines pcops_heap_push_SUF, pcops_heap_replace_top_SUF, pcops_heap_sort_SUF and
- * pcops_sorted_insert_SUF for entries (T dist, I idx) held in two arrays. */
+/* Defines pcops_heap_push_SUF, pcops_heap_replace_top_SUF, pcops_heap_keep_SUF,
+ * pcops_heap_sort_SUF and pcops_sorted_insert_SUF for entries (T dist, I idx) held in two arrays. */
 #define PCOPS_DEFINE_PAIR_LIST(SUF, T, I)                                                      \
     /* Adds (dn, n) as entry `count` of a max-heap and sifts it up. */                         \
     PCOPS_HD void pcops_heap_push_##SUF(T* d, I* i, int64_t stride, int64_t count, T dn,      \
@@ -238,6 +242,18 @@ PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffff
                                                T dn, int64_t n) {                             \
         pcops_heap_sift_down_##SUF(d, i, stride, count, 0, dn, n);                             \
     }                                                                                          \
+    /* A heap of at most cap entries, *count so far, takes (dn, n): pushed while there is     */ \
+    /* room, else in place of the root (the caller has checked that it is below the root).   */ \
+    /* Returns 1 when the heap is full after it, i.e. the root is the new threshold.          */ \
+    PCOPS_HD int pcops_heap_keep_##SUF(T* d, I* i, int64_t stride, int64_t cap, int64_t* count,\
+                                       T dn, int64_t n) {                                     \
+        if (*count < cap) {                                                                    \
+            pcops_heap_push_##SUF(d, i, stride, *count, dn, n);                                \
+            return ++*count == cap;                                                            \
+        }                                                                                      \
+        pcops_heap_replace_top_##SUF(d, i, stride, cap, dn, n);                                \
+        return 1;                                                                              \
+    }                                                                                          \
     /* Heapsort: the max-heap [0, count) becomes ascending by key, in place. */                \
     PCOPS_HD void pcops_heap_sort_##SUF(T* d, I* i, int64_t stride, int64_t count) {          \
         for (int64_t end = count - 1; end > 0; --end) {                                        \
@@ -264,6 +280,8 @@ PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffff
 
 PCOPS_DEFINE_PAIR_LIST(f32, float, int64_t)
 PCOPS_DEFINE_PAIR_LIST(f64, double, int64_t)
+/* int32 indices: the float64 heaps of knn.cu in shared memory (12 bytes an entry, not 16). */
+PCOPS_DEFINE_PAIR_LIST(f64_i32, double, int32_t)
 
 /* The same max-heap on packed float32 keys (pcops_key_pack_f32). */
 PCOPS_HD void pcops_heap_push_u64(uint64_t* h, int64_t stride, int64_t count, uint64_t key) {
@@ -306,6 +324,28 @@ PCOPS_HD void pcops_heap_sort_u64(uint64_t* h, int64_t stride, int64_t count) {
         const uint64_t key = h[end * stride];
         h[end * stride] = h[0];
         pcops_heap_sift_down_u64(h, stride, end, 0, key);
+    }
+}
+
+PCOPS_HD int pcops_heap_keep_u64(uint64_t* h, int64_t stride, int64_t cap, int64_t* count,
+                                 uint64_t key) {
+    if (*count < cap) {
+        pcops_heap_push_u64(h, stride, *count, key);
+        return ++*count == cap;
+    }
+    pcops_heap_replace_top_u64(h, stride, cap, key);
+    return 1;
+}
+
+/* Unpacks the keys h[j * stride], j in [0, count), into dist[j], idx[j]. h may be idx itself
+ * (stride 1: a float32 heap kept in its output idx row): entry j is read before slot j is
+ * written, and int64_t and uint64_t may alias. */
+PCOPS_HD void pcops_key_unpack_f32(const uint64_t* h, int64_t stride, int64_t count,
+                                   float* dist, int64_t* idx) {
+    for (int64_t j = 0; j < count; ++j) {
+        const uint64_t key = h[j * stride];
+        dist[j] = pcops_key_dist_f32(key);
+        idx[j] = pcops_key_index(key);
     }
 }
 

@@ -36,6 +36,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "geometry.h"
 #include "pcops.h"
@@ -51,40 +52,33 @@ struct alignas(sizeof(Scalar) * VEC) Vec {
 };
 
 // Scalar storage and accumulation type of each dtype. Half types are handled as raw 16-bit
-// patterns with explicit conversions (torch builds with __CUDA_NO_HALF_CONVERSIONS__).
-struct Float32 {
-    using Storage = float;
-    using Acc = float;
-    static __device__ __forceinline__ float load(float x) { return x; }
-    static __device__ __forceinline__ float store(float a) { return a; }
+// patterns with explicit conversions (torch builds with __CUDA_NO_HALF_CONVERSIONS__), summed
+// in float and rounded to nearest on the way back.
+template <typename T>
+struct Plain {
+    using Storage = T;
+    using Acc = T;
+    static __device__ __forceinline__ T load(T x) { return x; }
+    static __device__ __forceinline__ T store(T a) { return a; }
 };
-struct Float64 {
-    using Storage = double;
-    using Acc = double;
-    static __device__ __forceinline__ double load(double x) { return x; }
-    static __device__ __forceinline__ double store(double a) { return a; }
-};
-struct Float16 {
+template <typename H>  // __half or __nv_bfloat16
+struct Bits16 {
+    static constexpr bool kHalf = std::is_same<H, __half>::value;
     using Storage = uint16_t;
     using Acc = float;
     static __device__ __forceinline__ float load(uint16_t x) {
-        return __half2float(__ushort_as_half(x));
+        if constexpr (kHalf) return __half2float(__ushort_as_half(x));
+        else return __bfloat162float(__ushort_as_bfloat16(x));
     }
     static __device__ __forceinline__ uint16_t store(float a) {
-        return __half_as_ushort(__float2half_rn(a));
+        if constexpr (kHalf) return __half_as_ushort(__float2half_rn(a));
+        else return __bfloat16_as_ushort(__float2bfloat16_rn(a));
     }
 };
-struct BFloat16 {
-    using Storage = uint16_t;
-    using Acc = float;
-    static __device__ __forceinline__ float load(uint16_t x) {
-        return __bfloat162float(__ushort_as_bfloat16(x));
-    }
-    static __device__ __forceinline__ uint16_t store(float a) {
-        return __bfloat16_as_ushort(__float2bfloat16_rn(a));
-    }
-};
-
+using Float32 = Plain<float>;
+using Float64 = Plain<double>;
+using Float16 = Bits16<__half>;
+using BFloat16 = Bits16<__nv_bfloat16>;
 
 bool is_aligned(const void* p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
 
@@ -294,19 +288,15 @@ cudaError_t launch_backward(pcops_dtype dtype, const void* grad_out, const IdxT*
         keys.Current(), (K)total, (K)num_keys, offsets);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const K* sorted_positions = positions.Current();
+    const auto sum = [&](auto dtype_tag) {
+        return launch_backward_sum<decltype(dtype_tag), K>(grad_out, offsets, sorted_positions, B,
+                                                           N, C, grad_features, stream);
+    };
     switch (dtype) {
-        case PCOPS_FLOAT32:
-            return launch_backward_sum<Float32, K>(grad_out, offsets, sorted_positions, B, N, C,
-                                                   grad_features, stream);
-        case PCOPS_FLOAT64:
-            return launch_backward_sum<Float64, K>(grad_out, offsets, sorted_positions, B, N, C,
-                                                   grad_features, stream);
-        case PCOPS_FLOAT16:
-            return launch_backward_sum<Float16, K>(grad_out, offsets, sorted_positions, B, N, C,
-                                                   grad_features, stream);
-        case PCOPS_BFLOAT16:
-            return launch_backward_sum<BFloat16, K>(grad_out, offsets, sorted_positions, B, N, C,
-                                                    grad_features, stream);
+        case PCOPS_FLOAT32: return sum(Float32{});
+        case PCOPS_FLOAT64: return sum(Float64{});
+        case PCOPS_FLOAT16: return sum(Float16{});
+        case PCOPS_BFLOAT16: return sum(BFloat16{});
     }
     return cudaErrorInvalidValue;
 }

@@ -16,6 +16,8 @@
  *    sorted list at every k);
  *  - float64: a sorted list with insertion while at most KNN_SORTED_MAX neighbours are kept, a
  *    max-heap on (dist2, idx) above that, heapsorted at the end.
+ * The heaps and the sorted list are kernels/geometry.h's (pcops_heap_*, pcops_sorted_insert_*),
+ * the ones the CUDA kernels use.
  * All keep exactly the K smallest keys (dist2, idx) among the valid refs whose distance is
  * below +inf, as the CUDA kernels do, so both return the same indices. Refs are visited in
  * index order and a ref is only taken when its distance is strictly below the current K-th,
@@ -69,37 +71,31 @@ static int64_t knn_query_block(int64_t B, int64_t M, int64_t cap, size_t entry_b
     return qblock;
 }
 
-/* Bit j of the result is set when d[j] < thr, for the KNN_CHUNK = 16 distances d[0, 16) (a
- * NaN is never below). SSE2 (the x86-64 baseline; VEX-encoded in the AVX2 clones): four or
- * eight compares and movemasks per chunk. */
+/* knn_below_mask_SUF(d, thr): bit j of the result is set when d[j] < thr, for the KNN_CHUNK = 16
+ * distances d[0, 16) (a NaN is never below). SSE2 (the x86-64 baseline; VEX-encoded in the
+ * AVX2 clones): four (float32) or eight (float64) compares and movemasks per chunk; X is the
+ * intrinsics' suffix, ps or pd. */
 #if defined(__SSE2__)
 #include <emmintrin.h>
-static inline uint32_t knn_below_mask_f32(const float* d, float thr) {
-    const __m128 t = _mm_set1_ps(thr);
-    uint32_t mask = 0;
-    for (int j = 0; j < KNN_CHUNK; j += 4)
-        mask |= (uint32_t)_mm_movemask_ps(_mm_cmplt_ps(_mm_loadu_ps(d + j), t)) << j;
-    return mask;
-}
-static inline uint32_t knn_below_mask_f64(const double* d, double thr) {
-    const __m128d t = _mm_set1_pd(thr);
-    uint32_t mask = 0;
-    for (int j = 0; j < KNN_CHUNK; j += 2)
-        mask |= (uint32_t)_mm_movemask_pd(_mm_cmplt_pd(_mm_loadu_pd(d + j), t)) << j;
-    return mask;
-}
+#define KNN_DEFINE_BELOW_MASK(SUF, T, VEC, X)                                                  \
+    static inline uint32_t knn_below_mask_##SUF(const T* d, T thr) {                          \
+        const VEC t = _mm_set1_##X(thr);                                                       \
+        uint32_t mask = 0;                                                                     \
+        for (int j = 0; j < KNN_CHUNK; j += (int)(sizeof(VEC) / sizeof(T)))                    \
+            mask |= (uint32_t)_mm_movemask_##X(_mm_cmplt_##X(_mm_loadu_##X(d + j), t)) << j;   \
+        return mask;                                                                           \
+    }
 #else
-static inline uint32_t knn_below_mask_f32(const float* d, float thr) {
-    uint32_t mask = 0;
-    for (int j = 0; j < KNN_CHUNK; ++j) mask |= (uint32_t)(d[j] < thr) << j;
-    return mask;
-}
-static inline uint32_t knn_below_mask_f64(const double* d, double thr) {
-    uint32_t mask = 0;
-    for (int j = 0; j < KNN_CHUNK; ++j) mask |= (uint32_t)(d[j] < thr) << j;
-    return mask;
-}
+#define KNN_DEFINE_BELOW_MASK(SUF, T, VEC, X)                                                  \
+    static inline uint32_t knn_below_mask_##SUF(const T* d, T thr) {                          \
+        uint32_t mask = 0;                                                                     \
+        for (int j = 0; j < KNN_CHUNK; ++j) mask |= (uint32_t)(d[j] < thr) << j;               \
+        return mask;                                                                           \
+    }
 #endif
+KNN_DEFINE_BELOW_MASK(f32, float, __m128, ps)
+KNN_DEFINE_BELOW_MASK(f64, double, __m128d, pd)
+#undef KNN_DEFINE_BELOW_MASK
 
 /* Index of the lowest set bit of a non-zero mask. */
 static inline int knn_lowest_bit(uint32_t mask) {
@@ -115,67 +111,14 @@ static inline int knn_lowest_bit(uint32_t mask) {
 #endif
 }
 
-/* float32 heaps of large k keep each entry as one packed 64-bit key, (bits of dist2) << 32 |
- * idx: distances here are >= +0 and finite, and such floats order like their bit patterns, so
- * the integer order of the keys is the (dist2, idx) order. One load and one integer compare
- * per heap node instead of two of each and a tie test, and the child choice compiles to a
- * conditional move. The keys live in the query's idx row (int64), unpacked at the end. */
-static inline uint64_t knn_pack(float d, int64_t n) {
-    uint32_t bits;
-    memcpy(&bits, &d, sizeof bits);
-    return (uint64_t)bits << 32 | (uint64_t)n;
-}
-
-static inline float knn_key_dist(uint64_t key) {
-    const uint32_t bits = (uint32_t)(key >> 32);
-    float d;
-    memcpy(&d, &bits, sizeof d);
-    return d;
-}
-
-/* Max-heap of `count` packed keys: puts `key` into the hole at position i and sifts it down. */
-static inline void knn_packed_sift_down(uint64_t* PCOPS_RESTRICT h, int64_t count, int64_t i,
-                                        uint64_t key) {
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= count) break;
-        uint64_t kc = h[c];
-        if (c + 1 < count) {
-            const uint64_t kr = h[c + 1];
-            const int right = kr > kc;
-            kc = right ? kr : kc;
-            c += right;
-        }
-        if (kc <= key) break;
-        h[i] = kc;
-        i = c;
-    }
-    h[i] = key;
-}
-
-static inline void knn_packed_push(uint64_t* PCOPS_RESTRICT h, int64_t count, uint64_t key) {
-    int64_t i = count;
-    while (i > 0) {
-        const int64_t p = (i - 1) / 2;
-        if (h[p] >= key) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = key;
-}
-
-/* Heapsort of the packed heap [0, count), then unpacks it into dist[0, count), idx (= h). */
-static void knn_packed_sort_unpack(uint64_t* PCOPS_RESTRICT h, int64_t count, float* dist) {
-    for (int64_t end = count - 1; end > 0; --end) {
-        const uint64_t key = h[end];
-        h[end] = h[0];
-        knn_packed_sift_down(h, end, 0, key);
-    }
-    for (int64_t j = 0; j < count; ++j) {
-        const uint64_t key = h[j];
-        dist[j] = knn_key_dist(key);
-        h[j] = key & 0xffffffffu; /* the index, as a non-negative int64 */
-    }
+/* float32 heaps keep each entry as one packed 64-bit key (geometry.h, pcops_key_pack_f32):
+ * distances here are >= +0 and finite, so the integer order of the keys is the (dist2, idx)
+ * order. One load and one integer compare per heap node instead of two of each and a tie
+ * test, and the child choice compiles to a conditional move. The keys live in the query's idx
+ * row (int64), sorted and unpacked at the end. */
+static inline void knn_packed_finish(uint64_t* h, int64_t count, float* dist) {
+    pcops_heap_sort_u64(h, 1, count);
+    pcops_key_unpack_f32(h, 1, count, dist, (int64_t*)h);
 }
 
 #define T float

@@ -26,7 +26,8 @@
  *  - knn_heap_kernel<T, SHARED> for larger k (no cap): a max-heap on the key (dist2, idx) per
  *    thread (float32: packed into one 64-bit integer, as on the CPU), in shared memory when it
  *    fits (interleaved by thread), else in the thread's own output rows in global memory;
- *    sorted in place (heapsort) at the end. Slower, correct.
+ *    sorted in place (heapsort) at the end. Slower, correct. The heaps are kernels/geometry.h's
+ *    (pcops_heap_*, with a stride for the interleaving), the ones the CPU uses.
  *  - the grid path (knn_grid_kernel, kernels/grid.h, grid_cuda.cuh): the refs of every cloud
  *    binned into a uniform grid on the device; one thread per query visits the cells in rings
  *    of growing distance and keeps the best keys (full (dist2, idx) compares: cells come in
@@ -148,6 +149,20 @@ __device__ __forceinline__ void load_tile(Point4<T>* tile, const T* __restrict__
     __syncthreads();
 }
 
+// The coordinates of query row `row` (zeros for a thread without a valid query, which only
+// helps stage the tiles).
+template <typename T>
+__device__ __forceinline__ Point4<T> load_query(const T* query, int64_t row, bool active) {
+    Point4<T> q{T(0), T(0), T(0), T(0)};
+    if (active) {
+        const T* p = query + row * 3;
+        q.x = p[0];
+        q.y = p[1];
+        q.z = p[2];
+    }
+    return q;
+}
+
 // ------------------------------------------------------------------------------------------
 // CUDA kernels
 
@@ -171,6 +186,8 @@ knn_registers_kernel(const T* __restrict__ query, const T* __restrict__ ref, Knn
     const int64_t n1 = n0 + p.split_len < L ? n0 + p.split_len : L;
     const bool active = m < Lq;
 
+    // (written out, not through load_query: the helper costs this kernel 2-3 registers and,
+    // for double K = 16, spills -- ptxas -v, CUDA 13)
     T qx = T(0), qy = T(0), qz = T(0);
     if (active) {
         const T* q = query + (b * p.M + m) * 3;
@@ -231,136 +248,98 @@ knn_merge_kernel(KnnParams p, int64_t B, const T* __restrict__ part_d,
     list.write(out_d + row, out_i + row, p.k);
 }
 
-// Heap entries. float32 packs an entry into one 64-bit key, (dist2 bits << 32) | idx: heap
-// distances are >= +0 and finite, and such floats order like their bit patterns, so the
-// integer order of the keys is the (dist2, idx) order -- one 8-byte load and one integer
-// compare per node (as on the CPU). float64 keeps the pair, in two arrays.
-struct PackedKey {
-    uint64_t key;
-
-    __device__ __forceinline__ static PackedKey make(float d, int64_t n) {
-        return {(uint64_t)__float_as_uint(d) << 32 | (uint64_t)(uint32_t)n};
-    }
-    __device__ __forceinline__ float dist() const { return __uint_as_float((unsigned)(key >> 32)); }
-    __device__ __forceinline__ int64_t index() const { return (int64_t)(key & 0xffffffffull); }
-    __device__ __forceinline__ bool operator>(const PackedKey& o) const { return key > o.key; }
-};
-
+// Slots [from, k) of an output row: empty (+inf, -1).
 template <typename T>
-struct PairKey {
-    T d;
-    int64_t i;
-
-    __device__ __forceinline__ static PairKey make(T d, int64_t n) { return {d, n}; }
-    __device__ __forceinline__ T dist() const { return d; }
-    __device__ __forceinline__ int64_t index() const { return i; }
-    __device__ __forceinline__ bool operator>(const PairKey& o) const {
-        return d > o.d || (d == o.d && i > o.i);
+__device__ __forceinline__ void pad_row(T* out_d, int64_t* out_i, int64_t from, int k) {
+    for (int64_t j = from; j < k; ++j) {
+        out_d[j] = T(INFINITY);
+        out_i[j] = -1;
     }
-};
+}
 
-// Where entry j of a heap lives: keys[j * stride] (packed), or d[j * stride], i[j * stride].
-struct PackedStore {
-    using Key = PackedKey;
-    uint64_t* keys;
+// The max-heap of one thread (large k) on geometry.h's heaps, entry j at [j * stride]:
+//  - float32 (PackedHeap): one 64-bit key per entry, pcops_key_pack_f32 (heap distances are
+//    >= +0 and finite, so the integer order of the keys is the (dist2, idx) order): one 8-byte
+//    load and one integer compare per node, as on the CPU;
+//  - float64 (PairHeap<I>): (dist2, idx) in two arrays, idx int32 in shared memory
+//    (pcops_heap_*_f64_i32) and int64 in the output rows (pcops_heap_*_f64).
+// keep() adds an entry (geometry.h, pcops_heap_keep: push until full, then replace the root);
+// finish() sorts the heap and writes entries [0, count) to out_d/out_i[0, count), then empty
+// slots up to k (the global float32 heap is the idx row itself: entry j is read before slot j
+// is written).
+struct PackedHeap {
+    uint64_t* h;
     int64_t stride;
 
-    __device__ __forceinline__ Key load(int64_t j) const { return {keys[j * stride]}; }
-    __device__ __forceinline__ void store(int64_t j, Key k) const { keys[j * stride] = k.key; }
+    __device__ __forceinline__ bool keep(int64_t cap, int64_t* count, float d, int64_t n) const {
+        return pcops_heap_keep_u64(h, stride, cap, count, pcops_key_pack_f32(d, n));
+    }
+    __device__ __forceinline__ float top_dist() const { return pcops_key_dist_f32(h[0]); }
+    __device__ __forceinline__ bool top_above(float d, int64_t n) const {
+        return h[0] > pcops_key_pack_f32(d, n);
+    }
+    __device__ void finish(int64_t count, int k, float* out_d, int64_t* out_i) const {
+        pcops_heap_sort_u64(h, stride, count);
+        pcops_key_unpack_f32(h, stride, count, out_d, out_i);
+        pad_row(out_d, out_i, count, k);
+    }
 };
 
-template <typename T, typename I>
-struct PairStore {
-    using Key = PairKey<T>;
-    T* d;
+template <typename I>
+struct PairHeap {
+    static constexpr bool kI32 = std::is_same<I, int32_t>::value;
+    double* d;
     I* i;
     int64_t stride;
 
-    __device__ __forceinline__ Key load(int64_t j) const { return {d[j * stride], (int64_t)i[j * stride]}; }
-    __device__ __forceinline__ void store(int64_t j, Key k) const {
-        d[j * stride] = k.d;
-        i[j * stride] = (I)k.i;
+    __device__ __forceinline__ bool keep(int64_t cap, int64_t* count, double dn, int64_t n) const {
+        if constexpr (kI32) return pcops_heap_keep_f64_i32(d, i, stride, cap, count, dn, n);
+        else return pcops_heap_keep_f64(d, i, stride, cap, count, dn, n);
+    }
+    __device__ __forceinline__ double top_dist() const { return d[0]; }
+    __device__ __forceinline__ bool top_above(double dn, int64_t n) const {
+        return pcops_key_greater_f64(d[0], (int64_t)i[0], dn, n);
+    }
+    __device__ void finish(int64_t count, int k, double* out_d, int64_t* out_i) const {
+        if constexpr (kI32) pcops_heap_sort_f64_i32(d, i, stride, count);
+        else pcops_heap_sort_f64(d, i, stride, count);
+        for (int64_t j = 0; j < count; ++j) {
+            out_d[j] = d[j * stride];
+            out_i[j] = (int64_t)i[j * stride];
+        }
+        pad_row(out_d, out_i, count, k);
     }
 };
 
-// A max-heap of keys in a store (the same algorithm as kernels/knn_cpu.inc).
-template <typename Store>
-struct Heap {
-    using Key = typename Store::Key;
-    Store s;
-
-    // Adds `key` as entry `count` and sifts it up.
-    __device__ void push(int64_t count, Key key) const {
-        int64_t j = count;
-        while (j > 0) {
-            const int64_t parent = (j - 1) / 2;
-            const Key p = s.load(parent);
-            if (!(key > p)) break;
-            s.store(j, p);
-            j = parent;
-        }
-        s.store(j, key);
-    }
-
-    // Puts `key` into the hole at entry j of a heap of `count` entries and sifts it down.
-    __device__ void sift_down(int64_t count, int64_t j, Key key) const {
-        for (;;) {
-            int64_t c = 2 * j + 1;
-            if (c >= count) break;
-            Key kc = s.load(c);
-            if (c + 1 < count) {
-                const Key kr = s.load(c + 1);
-                if (kr > kc) {
-                    ++c;
-                    kc = kr;
-                }
-            }
-            if (!(kc > key)) break;
-            s.store(j, kc);
-            j = c;
-        }
-        s.store(j, key);
-    }
-
-    // Heapsort: entries [0, count) become ascending by key.
-    __device__ void sort(int64_t count) const {
-        for (int64_t end = count - 1; end > 0; --end) {
-            const Key last = s.load(end);
-            s.store(end, s.load(0));
-            sift_down(end, 0, last);
-        }
-    }
-};
-
-// The heap store of one thread, per dtype: in dynamic shared memory after the tile (heap_cap
-// entries per thread, interleaved: entry j of thread t at j * blockDim.x + t, so each thread
-// stays in its own bank), or in the thread's output rows (float32: the idx row holds the
-// packed keys, unpacked at the end; float64: the two rows).
+// The heap of one thread, per dtype: in dynamic shared memory after the tile (heap_cap entries
+// per thread, interleaved: entry j of thread t at j * blockDim.x + t, so each thread stays in
+// its own bank), or in the thread's output rows (float32: the idx row holds the packed keys;
+// float64: the two rows).
 template <typename T>
 struct HeapTraits;
 template <>
 struct HeapTraits<float> {
-    using SharedStore = PackedStore;
-    using GlobalStore = PackedStore;
+    using SharedHeap = PackedHeap;
+    using GlobalHeap = PackedHeap;
     static constexpr size_t shared_entry_bytes = sizeof(uint64_t);
-    __device__ static SharedStore shared(unsigned char* smem, int64_t) {
+    __device__ static SharedHeap shared(unsigned char* smem, int64_t) {
         return {reinterpret_cast<uint64_t*>(smem) + threadIdx.x, (int64_t)blockDim.x};
     }
-    __device__ static GlobalStore global(float*, int64_t* out_i, int64_t row) {
+    __device__ static GlobalHeap global(float*, int64_t* out_i, int64_t row) {
         return {reinterpret_cast<uint64_t*>(out_i + row), 1};
     }
 };
 template <>
 struct HeapTraits<double> {
-    using SharedStore = PairStore<double, int>;
-    using GlobalStore = PairStore<double, int64_t>;
-    static constexpr size_t shared_entry_bytes = sizeof(double) + sizeof(int);
-    __device__ static SharedStore shared(unsigned char* smem, int64_t heap_cap) {
+    using SharedHeap = PairHeap<int32_t>;
+    using GlobalHeap = PairHeap<int64_t>;
+    static constexpr size_t shared_entry_bytes = sizeof(double) + sizeof(int32_t);
+    __device__ static SharedHeap shared(unsigned char* smem, int64_t heap_cap) {
         double* d = reinterpret_cast<double*>(smem);
-        int* i = reinterpret_cast<int*>(d + heap_cap * blockDim.x);
+        int32_t* i = reinterpret_cast<int32_t*>(d + heap_cap * blockDim.x);
         return {d + threadIdx.x, i + threadIdx.x, (int64_t)blockDim.x};
     }
-    __device__ static GlobalStore global(double* out_d, int64_t* out_i, int64_t row) {
+    __device__ static GlobalHeap global(double* out_d, int64_t* out_i, int64_t row) {
         return {out_d + row, out_i + row, 1};
     }
 };
@@ -385,23 +364,16 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
     const int64_t row = (b * p.M + (m < p.M ? m : 0)) * p.k;
 
     using Traits = HeapTraits<T>;
-    using Store = typename std::conditional<SHARED, typename Traits::SharedStore,
-                                            typename Traits::GlobalStore>::type;
-    using Key = typename Store::Key;
-    Store store;
+    using Heap = typename std::conditional<SHARED, typename Traits::SharedHeap,
+                                           typename Traits::GlobalHeap>::type;
+    Heap heap;
     if constexpr (SHARED)
-        store = Traits::shared(smem + kTile * sizeof(Point4<T>), heap_cap);
+        heap = Traits::shared(smem + kTile * sizeof(Point4<T>), heap_cap);
     else
-        store = Traits::global(out_d, out_i, row);
-    const Heap<Store> heap{store};
+        heap = Traits::global(out_d, out_i, row);
 
-    T qx = T(0), qy = T(0), qz = T(0);
-    if (active) {
-        const T* q = query + (b * p.M + m) * 3;
-        qx = q[0];
-        qy = q[1];
-        qz = q[2];
-    }
+    const Point4<T> q = load_query(query, b * p.M + m, active);
+    const T qx = q.x, qy = q.y, qz = q.z;
     int64_t count = 0;
     T thr = T(INFINITY);
     if (m0 < Lq && cap > 0) {  // uniform over the block
@@ -412,33 +384,12 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
             if (active) {
                 for (int j = 0; j < n; ++j) {
                     const T d = squared_distance(qx, qy, qz, tile[j]);
-                    if (d < thr) {
-                        const Key key = Key::make(d, t0 + j);
-                        if (count < cap) {
-                            heap.push(count, key);
-                            if (++count == cap) thr = heap.s.load(0).dist();
-                        } else {
-                            heap.sift_down(cap, 0, key);
-                            thr = heap.s.load(0).dist();
-                        }
-                    }
+                    if (d < thr && heap.keep(cap, &count, d, t0 + j)) thr = heap.top_dist();
                 }
             }
         }
     }
-    if (m >= p.M) return;
-    heap.sort(count);
-    // Entries [0, count) in order, then empty slots. In the global float32 store the keys sit
-    // in the idx row itself: entry j is read before slot j is overwritten.
-    for (int64_t j = 0; j < count; ++j) {
-        const Key key = heap.s.load(j);
-        out_d[row + j] = key.dist();
-        out_i[row + j] = key.index();
-    }
-    for (int64_t j = count; j < p.k; ++j) {
-        out_d[row + j] = T(INFINITY);
-        out_i[row + j] = -1;
-    }
+    if (m < p.M) heap.finish(count, p.k, out_d + row, out_i + row);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -586,37 +537,18 @@ struct GridRegisterList {
 
 template <typename T>
 struct GridHeapList {
-    using Store = typename HeapTraits<T>::GlobalStore;
-    using Key = typename Store::Key;
-    Heap<Store> heap;
+    typename HeapTraits<T>::GlobalHeap heap;
     int64_t count, cap;
     T th;
     __device__ __forceinline__ bool full() const { return count == cap; }
     __device__ __forceinline__ T threshold() const { return th; }
     __device__ __forceinline__ void offer(T dist, int n) {
         if (!(dist <= th) || !(dist < T(INFINITY))) return;
-        const Key key = Key::make(dist, n);
-        if (count < cap) {
-            heap.push(count, key);
-            if (++count == cap) th = heap.s.load(0).dist();
-        } else if (heap.s.load(0) > key) {
-            heap.sift_down(cap, 0, key);
-            th = heap.s.load(0).dist();
-        }
+        if ((count < cap || heap.top_above(dist, n)) && heap.keep(cap, &count, dist, n))
+            th = heap.top_dist();
     }
-    // Sorted entries, then empty slots (the float32 keys sit in the idx row itself: entry j is
-    // read before slot j is written).
     __device__ void finish(T* out_d, int64_t* out_i, int k) const {
-        heap.sort(count);
-        for (int64_t j = 0; j < count; ++j) {
-            const Key key = heap.s.load(j);
-            out_d[j] = key.dist();
-            out_i[j] = key.index();
-        }
-        for (int64_t j = count; j < k; ++j) {
-            out_d[j] = T(INFINITY);
-            out_i[j] = -1;
-        }
+        heap.finish(count, k, out_d, out_i);
     }
 };
 
@@ -710,8 +642,8 @@ knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __re
         list.finish(out_d + row, out_i + row, p.k);
     } else {
         const int64_t L = pcops_valid_length(p.ref_lengths, b, p.N);
-        GridHeapList<T> list{{HeapTraits<T>::global(out_d, out_i, row)}, 0,
-                             (int64_t)p.k < L ? (int64_t)p.k : L, T(INFINITY)};
+        GridHeapList<T> list{HeapTraits<T>::global(out_d, out_i, row), 0,
+                            (int64_t)p.k < L ? (int64_t)p.k : L, T(INFINITY)};
         if (list.cap > 0 && m < pcops_valid_length(p.query_lengths, b, p.M))
             grid_walk<T>(p, b, pts, q[0], q[1], q[2], list);
         list.finish(out_d + row, out_i + row, p.k);

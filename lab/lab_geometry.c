@@ -1,7 +1,8 @@
 /*
  * lab_geometry.c -- the host half of kernels/geometry.h against plain references: the bounded
  * max-heap and the sorted list keep exactly the K smallest (dist2, idx) keys (pairs and packed
- * float32 keys, contiguous and strided), the packed key order is the key order, and the
+ * float32 keys, contiguous and strided, pushed and replaced or through pcops_heap_keep; int32
+ * indices), unpacking a packed row in place, the packed key order is the key order, and the
  * workspace carver aligns, counts and saturates. (The device half is exercised by every CUDA
  * kernel that includes the header, against the CPU, in the other lab programs and in pytest.)
  */
@@ -33,7 +34,9 @@ int main(int argc, char** argv) {
     float hd[K * STRIDE], ld[K];
     int64_t hi[K * STRIDE], li[K];
     uint64_t hp[K];
-    int64_t count = 0;
+    double kd[K * STRIDE]; /* pcops_heap_keep on (double, int32) pairs, strided */
+    int32_t ki[K * STRIDE];
+    int64_t count = 0, kept = 0;
     for (int64_t j = 0; j < K; ++j) {
         ld[j] = INFINITY;
         li[j] = -1;
@@ -50,9 +53,18 @@ int main(int argc, char** argv) {
                 pcops_heap_replace_top_u64(hp, 1, K, pcops_key_pack_f32(d[n], n));
         }
         if (d[n] < ld[K - 1]) pcops_sorted_insert_f32(ld, li, K, d[n], n);
+        if (kept < K || pcops_key_greater_f64(kd[0], ki[0], d[n], n))
+            pcops_heap_keep_f64_i32(kd, ki, STRIDE, K, &kept, d[n], n);
     }
+    lab_check(kept == K, "pcops_heap_keep: %lld entries, want %d", (long long)kept, K);
     pcops_heap_sort_f32(hd, hi, STRIDE, K);
     pcops_heap_sort_u64(hp, 1, K);
+    pcops_heap_sort_f64_i32(kd, ki, STRIDE, K);
+    /* the packed heap unpacked in place, as in a kNN output row (keys in the idx row) */
+    int64_t urow[K];
+    float ud[K];
+    memcpy(urow, hp, sizeof urow);
+    pcops_key_unpack_f32((const uint64_t*)urow, 1, K, ud, urow);
     for (int64_t j = 0; j < K; ++j) {
         lab_check(hi[j * STRIDE] == want[j] && hd[j * STRIDE] == d[want[j]],
                   "pair heap slot %lld: %lld, want %lld", (long long)j,
@@ -62,6 +74,12 @@ int main(int argc, char** argv) {
                   (long long)pcops_key_index(hp[j]), (long long)want[j]);
         lab_check(li[j] == want[j], "sorted list slot %lld: %lld, want %lld", (long long)j,
                   (long long)li[j], (long long)want[j]);
+        lab_check(ki[j * STRIDE] == want[j] && kd[j * STRIDE] == (double)d[want[j]],
+                  "kept (f64_i32) heap slot %lld: %d, want %lld", (long long)j,
+                  ki[j * STRIDE], (long long)want[j]);
+        lab_check(urow[j] == want[j] && ud[j] == d[want[j]],
+                  "unpacked slot %lld: %lld, want %lld", (long long)j, (long long)urow[j],
+                  (long long)want[j]);
     }
 
     /* packed keys order like (dist2, idx) for dist2 >= +0, +inf included */
