@@ -142,15 +142,17 @@ def main():
     # the command ------------------------------------------------------------------------------
     if not args.skip_command:
         tmp = tempfile.mkdtemp(prefix="pcops_bench_preprocess_")
+        inputs = os.path.join(tmp, "scans")  # the caches go beside it, not into the inputs
+        os.makedirs(inputs)
         try:
             names = list(scans)
             for i in range(copies):
                 shutil.copy(os.path.join(os.path.dirname(files[0]), names[i % len(names)]),
-                            os.path.join(tmp, f"scan_{i:04d}_{names[i % len(names)]}"))
+                            os.path.join(inputs, f"scan_{i:04d}_{names[i % len(names)]}"))
             env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
             for dev in (["cpu", "cuda"] if device.type == "cuda" else ["cpu"]):
                 out = os.path.join(tmp, f"cache_{dev}")
-                cmd = [sys.executable, "-m", "pcops.preprocess", tmp, "-o", out, "--npoint", str(npoint),
+                cmd = [sys.executable, "-m", "pcops.preprocess", inputs, "-o", out, "--npoint", str(npoint),
                        "--nsample", str(nsample), "--batch-size", "8", "--device", dev, "--no-progress"]
                 t0 = time.perf_counter()
                 r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)

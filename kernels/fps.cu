@@ -225,6 +225,22 @@ __device__ void pad_row(int64_t* idx, T* dist2, int64_t n_out, int64_t npoint, i
     }
 }
 
+// One cloud's row of a call: its points, its outputs, its valid length L and the samples it
+// gets, n_out = min(npoint, L).
+template <typename T>
+struct CloudRow {
+    const T* cloud;
+    int64_t* idx;
+    T* dist2;
+    int L;
+    int64_t n_out;
+
+    __device__ __forceinline__ CloudRow(const T* xyz, const int64_t* lengths, int64_t b, int64_t N,
+                                        int64_t npoint, int64_t* idx_all, T* dist2_all)
+        : cloud(xyz + b * N * 3), idx(idx_all + b * npoint), dist2(dist2_all + b * npoint),
+          L((int)pcops_valid_length(lengths, b, N)), n_out(npoint < L ? npoint : L) {}
+};
+
 // ------------------------------------------------------------------------------------------
 // SIMPLE, WARP and BLOCK: `warps` warps per cloud, `clouds` clouds per block (<= 15: cloud g
 // of the block syncs on named barrier 1 + g). Dynamic shared memory: the slots,
@@ -243,29 +259,25 @@ fps_group_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
     const int64_t b = (int64_t)blockIdx.x * clouds + group;
     if (group >= clouds || b >= B) return;  // whole groups leave: their barrier is their own
     Candidate<T>* slots = reinterpret_cast<Candidate<T>*>(fps_smem) + group * 2 * warps;
-    const T* cloud = xyz + b * N * 3;
-    int64_t* out_idx = idx + b * npoint;
-    T* out_dist2 = dist2 + b * npoint;
-    const int L = (int)pcops_valid_length(lengths, b, N);
-    const int64_t n_out = npoint < L ? npoint : L;
-    pad_row(out_idx, out_dist2, n_out, npoint, rank, warps * 32);
-    if (n_out == 0) return;
+    const CloudRow<T> row(xyz, lengths, b, N, npoint, idx, dist2);
+    pad_row(row.idx, row.dist2, row.n_out, npoint, rank, warps * 32);
+    if (row.n_out == 0) return;
 
     Points pts;
-    pts.load(cloud, workspace ? workspace + b * N : nullptr, rank, L, warps * 32);
-    int cur = start ? (int)pcops_positive_mod(start[b], L) : 0;
+    pts.load(row.cloud, workspace ? workspace + b * N : nullptr, rank, row.L, warps * 32);
+    int cur = start ? (int)pcops_positive_mod(start[b], row.L) : 0;
     if (rank == 0) {
-        out_idx[0] = cur;
-        out_dist2[0] = T(0);
+        row.idx[0] = cur;
+        row.dist2[0] = T(0);
     }
-    for (int64_t j = 1; j < n_out; ++j) {
+    for (int64_t j = 1; j < row.n_out; ++j) {
         T cx, cy, cz;
-        load_point(cloud, cur, cx, cy, cz);
+        load_point(row.cloud, cur, cx, cy, cz);
         Candidate<T> c = pts.step(cur, cx, cy, cz);
         c = group_farthest(c, slots, (int)(j & 1), warps, w, 1 + group);
         if (rank == 0) {
-            out_idx[j] = c.index;
-            out_dist2[j] = c.value;
+            row.idx[j] = c.index;
+            row.dist2[j] = c.value;
         }
         cur = c.index;
     }
@@ -289,28 +301,24 @@ fps_cluster_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ length
     const int blocks = (int)cluster.num_blocks();
     const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t b = blockIdx.x / blocks;
-    const T* cloud = xyz + b * N * 3;
-    int64_t* out_idx = idx + b * npoint;
-    T* out_dist2 = dist2 + b * npoint;
-    const int L = (int)pcops_valid_length(lengths, b, N);
-    const int64_t n_out = npoint < L ? npoint : L;
-    if (rank == 0) pad_row(out_idx, out_dist2, n_out, npoint, threadIdx.x, blockDim.x);
-    if (n_out == 0) return;  // the whole cluster returns here: no shared memory was shared
+    const CloudRow<T> row(xyz, lengths, b, N, npoint, idx, dist2);
+    if (rank == 0) pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
+    if (row.n_out == 0) return;  // the whole cluster returns here: no shared memory was shared
 
-    const int chunk = (int)(((int64_t)L + blocks - 1) / blocks);
-    const int lo = (int)min((int64_t)L, (int64_t)rank * chunk);
-    const int hi = (int)min((int64_t)L, (int64_t)lo + chunk);
+    const int chunk = (int)(((int64_t)row.L + blocks - 1) / blocks);
+    const int lo = (int)min((int64_t)row.L, (int64_t)rank * chunk);
+    const int hi = (int)min((int64_t)row.L, (int64_t)lo + chunk);
     Points pts;
-    pts.load(cloud, workspace ? workspace + b * N : nullptr, lo + threadIdx.x, hi, blockDim.x);
-    int cur = start ? (int)pcops_positive_mod(start[b], L) : 0;
+    pts.load(row.cloud, workspace ? workspace + b * N : nullptr, lo + threadIdx.x, hi, blockDim.x);
+    int cur = start ? (int)pcops_positive_mod(start[b], row.L) : 0;
     if (rank == 0 && threadIdx.x == 0) {
-        out_idx[0] = cur;
-        out_dist2[0] = T(0);
+        row.idx[0] = cur;
+        row.dist2[0] = T(0);
     }
-    for (int64_t j = 1; j < n_out; ++j) {
+    for (int64_t j = 1; j < row.n_out; ++j) {
         const int parity = (int)(j & 1);
         T cx, cy, cz;
-        load_point(cloud, cur, cx, cy, cz);
+        load_point(row.cloud, cur, cx, cy, cz);
         Candidate<T> c = pts.step(cur, cx, cy, cz);
         c = group_farthest(c, warp_slots, parity, warps, w, 0);
         if (threadIdx.x == 0) block_slot[parity] = c;
@@ -318,8 +326,8 @@ fps_cluster_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ length
         c = lane < blocks ? *cluster.map_shared_rank(&block_slot[parity], lane) : no_candidate<T>();
         c = warp_farthest(c);
         if (rank == 0 && threadIdx.x == 0) {
-            out_idx[j] = c.index;
-            out_dist2[j] = c.value;
+            row.idx[j] = c.index;
+            row.dist2[j] = c.value;
         }
         cur = c.index;
     }
@@ -345,28 +353,24 @@ fps_grid_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
     const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t steps = 0;
     for (int64_t b = 0; b < B; ++b) {
-        const T* cloud = xyz + b * N * 3;
-        int64_t* out_idx = idx + b * npoint;
-        T* out_dist2 = dist2 + b * npoint;
-        const int L = (int)pcops_valid_length(lengths, b, N);
-        const int64_t n_out = npoint < L ? npoint : L;
-        if (rank == 0) pad_row(out_idx, out_dist2, n_out, npoint, threadIdx.x, blockDim.x);
-        if (n_out == 0) continue;
-        const int chunk = (int)(((int64_t)L + blocks - 1) / blocks);
-        const int lo = (int)min((int64_t)L, (int64_t)rank * chunk);
-        const int hi = (int)min((int64_t)L, (int64_t)lo + chunk);
+        const CloudRow<T> row(xyz, lengths, b, N, npoint, idx, dist2);
+        if (rank == 0) pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
+        if (row.n_out == 0) continue;
+        const int chunk = (int)(((int64_t)row.L + blocks - 1) / blocks);
+        const int lo = (int)min((int64_t)row.L, (int64_t)rank * chunk);
+        const int hi = (int)min((int64_t)row.L, (int64_t)lo + chunk);
         Points pts;
-        pts.load(cloud, workspace ? workspace + b * N : nullptr, lo + threadIdx.x, hi,
+        pts.load(row.cloud, workspace ? workspace + b * N : nullptr, lo + threadIdx.x, hi,
                  blockDim.x);
-        int cur = start ? (int)pcops_positive_mod(start[b], L) : 0;
+        int cur = start ? (int)pcops_positive_mod(start[b], row.L) : 0;
         if (rank == 0 && threadIdx.x == 0) {
-            out_idx[0] = cur;
-            out_dist2[0] = T(0);
+            row.idx[0] = cur;
+            row.dist2[0] = T(0);
         }
-        for (int64_t j = 1; j < n_out; ++j, ++steps) {
+        for (int64_t j = 1; j < row.n_out; ++j, ++steps) {
             const int parity = (int)(steps & 1);
             T cx, cy, cz;
-            load_point(cloud, cur, cx, cy, cz);
+            load_point(row.cloud, cur, cx, cy, cz);
             Candidate<T> c = pts.step(cur, cx, cy, cz);
             c = group_farthest(c, warp_slots, parity, warps, w, 0);
             if (threadIdx.x == 0) {
@@ -387,8 +391,8 @@ fps_grid_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
             __syncthreads();  // s_winner is visible; it is rewritten only after the next grid.sync
             c = s_winner;
             if (rank == 0 && threadIdx.x == 0) {
-                out_idx[j] = c.index;
-                out_dist2[j] = c.value;
+                row.idx[j] = c.index;
+                row.dist2[j] = c.value;
             }
             cur = c.index;
         }
@@ -564,19 +568,15 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     T* bucket_xyz = reinterpret_cast<T*>(fps_smem);
     const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t b = blockIdx.x;
-    const T* cloud = xyz + b * N * 3;
+    const CloudRow<T> row(xyz, lengths, b, N, npoint, idx, dist2);
     const BucketPoint<T>* pts = sorted + b * N;
     T* temp = temp_ws + b * N;
-    int64_t* out_idx = idx + b * npoint;
-    T* out_dist2 = dist2 + b * npoint;
-    const int L = (int)pcops_valid_length(lengths, b, N);
-    const int64_t n_out = npoint < L ? npoint : L;
-    pad_row(out_idx, out_dist2, n_out, npoint, threadIdx.x, blockDim.x);
-    if (n_out == 0) return;
+    pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
+    if (row.n_out == 0) return;
     const int S = 32 * ppl;  // points per bucket; sorted positions < L are the valid points
-    const int buckets = (L + S - 1) / S;
+    const int buckets = (row.L + S - 1) / S;
 
-    for (int p = threadIdx.x; p < L; p += blockDim.x) temp[p] = T(INFINITY);
+    for (int p = threadIdx.x; p < row.L; p += blockDim.x) temp[p] = T(INFINITY);
     Bucket<T> bk[SLOTS];
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
@@ -586,7 +586,7 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
         u.lx = u.ly = u.lz = T(INFINITY);
         u.hx = u.hy = u.hz = -T(INFINITY);
         if (k >= buckets) continue;
-        const int end = min(L, (k + 1) * S);
+        const int end = min(row.L, (k + 1) * S);
         for (int p = k * S; p < end; ++p) {  // fmin / fmax pass over NaN coordinates
             const BucketPoint<T> q = pts[p];
             u.lx = fmin(u.lx, q.x), u.hx = fmax(u.hx, q.x);
@@ -601,14 +601,14 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     }
     __syncthreads();  // the temps are set
 
-    int cur = start ? (int)pcops_positive_mod(start[b], L) : 0;
+    int cur = start ? (int)pcops_positive_mod(start[b], row.L) : 0;
     T cx, cy, cz;
-    load_point(cloud, cur, cx, cy, cz);
+    load_point(row.cloud, cur, cx, cy, cz);
     if (threadIdx.x == 0) {
-        out_idx[0] = cur;
-        out_dist2[0] = T(0);
+        row.idx[0] = cur;
+        row.dist2[0] = T(0);
     }
-    for (int64_t j = 1; j < n_out; ++j) {
+    for (int64_t j = 1; j < row.n_out; ++j) {
         // the buckets c can change, one at a time (every lane checks its own; the warp updates
         // the flagged ones together, a point a lane), then this lane's farthest candidate
         Candidate<T> best = no_candidate<T>();
@@ -623,7 +623,7 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
                 const int ko = (s * 32 + owner) * warps + w;
                 Candidate<T> c = no_candidate<T>();
                 T px = 0, py = 0, pz = 0;
-                for (int p = ko * S + lane; p < (ko + 1) * S && p < L; p += 32) {
+                for (int p = ko * S + lane; p < (ko + 1) * S && p < row.L; p += 32) {
                     const BucketPoint<T> q = pts[p];
                     const T d = fps_dist2(q.x, q.y, q.z, cx, cy, cz);
                     T t = q.idx == cur ? T(-1) : temp[p];
@@ -651,8 +651,8 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
         const Sample<T>& win = samples[parity][warp_argmax(c)];
         cx = win.x, cy = win.y, cz = win.z;
         if (threadIdx.x == 0) {
-            out_idx[j] = c.index;
-            out_dist2[j] = c.value;
+            row.idx[j] = c.index;
+            row.dist2[j] = c.value;
         }
         cur = c.index;
     }
