@@ -11,7 +11,7 @@ constexpr const char* kOp = "interpolate";
 
 struct InterpolateCall {
     at::Tensor features;  // [B,N,C] contiguous, float32/float64 (half types as float32)
-    at::Tensor idx;       // [B,M,K] int64 contiguous
+    at::Tensor idx;       // [B,M,K] int64 or int32 (read as is), contiguous
     at::Tensor weight;    // [B,M,K] contiguous, features' compute dtype
     at::Tensor out;       // [B,M,C] in the compute dtype
     int64_t B, N, C, M, K;
@@ -21,7 +21,7 @@ InterpolateCall prepare(const at::Tensor& features, const at::Tensor& idx,
                         const at::Tensor& weight) {
     check_float_tensor(kOp, "features", features, 3, -1, "[B, N, C]");
     check_float_dtype(kOp, "features", features);
-    check_index_tensor(kOp, "idx", idx, 3, "[B, M, K]");
+    check_index_tensor(kOp, "idx", idx, 3, "[B, M, K]", /*int32_ok=*/true);
     check_float_tensor(kOp, "weight", weight, 3, -1, "[B, M, K]");
     TORCH_CHECK_TYPE(weight.scalar_type() == features.scalar_type(), "pcops.", kOp,
                      ": argument 'weight' must have the dtype of 'features' (",
@@ -56,8 +56,8 @@ at::Tensor interpolate_cpu(const at::Tensor& features, const at::Tensor& idx,
                            const at::Tensor& weight) {
     InterpolateCall c = prepare(features, idx, weight);
     check_status(kOp, pcops_interpolate_cpu(to_pcops_dtype(c.features.scalar_type()),
-                                            c.features.data_ptr(), c.idx.data_ptr<int64_t>(),
-                                            c.weight.data_ptr(), c.B, c.N, c.C, c.M, c.K,
+                                            c.features.data_ptr(), c.idx.data_ptr(),
+                                            to_index_dtype(c.idx), c.weight.data_ptr(), c.B, c.N, c.C, c.M, c.K,
                                             c.out.data_ptr()));
     return finish(c, features);
 }
@@ -69,8 +69,8 @@ at::Tensor interpolate_cuda(const at::Tensor& features, const at::Tensor& idx,
     c10::cuda::CUDAGuard guard(features.device());
     InterpolateCall c = prepare(features, idx, weight);
     check_cuda(kOp, pcops_interpolate_cuda(to_pcops_dtype(c.features.scalar_type()),
-                                           c.features.data_ptr(), c.idx.data_ptr<int64_t>(),
-                                           c.weight.data_ptr(), c.B, c.N, c.C, c.M, c.K,
+                                           c.features.data_ptr(), c.idx.data_ptr(),
+                                           to_index_dtype(c.idx), c.weight.data_ptr(), c.B, c.N, c.C, c.M, c.K,
                                            c.out.data_ptr(), at::cuda::getCurrentCUDAStream()));
     return finish(c, features);
 }

@@ -73,10 +73,15 @@ TORCH_LIBRARY(pcops, m) {
         "circle_nms_mask(Tensor centers, Tensor scores, float radius, Tensor? groups=None) "
         "-> Tensor");
 
-    // features[B,N,C], idx[B,M,K] int64, weight[B,M,K] -> out[B,M,C]: the weighted sum of the K
+    // features[B,N,C], idx[B,M,K] int64/int32, weight[B,M,K] -> out[B,M,C]: the weighted sum of the K
     // gathered feature rows (PointNet++ feature propagation; K = 3 for three_interpolate),
     // added in ascending k; idx -1 adds nothing. Backward composed from group/group_backward.
     m.def("interpolate(Tensor features, Tensor idx, Tensor weight) -> Tensor");
+
+    // query[B,M,3], ref[B,N,3], idx[B,M,S] int64/int32 -> dist2[B,M,S] (query's dtype):
+    // |query[b,m] - ref[b, idx[b,m,s]]|^2 with the searches' arithmetic (the bits of knn's
+    // dist2), 0 where idx is outside [0, N). Backward composed from group/group_backward.
+    m.def("neighbor_dist2(Tensor query, Tensor ref, Tensor idx) -> Tensor");
 
     // Internal (tests, benchmarks): circle NMS through one CUDA path, variant 0 by size, 1 the
     // single-block kernel (N <= 4096), 2 the bitmask path, 3 the grid path; the CPU takes 0.

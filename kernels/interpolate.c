@@ -4,7 +4,7 @@
  * B = batch, N = known points per cloud, C = channels, M = unknown (target) points,
  * K = neighbours per target (3 for PointNet++'s three_interpolate).
  *
- *   features[B,N,C], idx[B,M,K], weight[B,M,K] -> out[B,M,C],
+ *   features[B,N,C], idx[B,M,K] (int64 or int32), weight[B,M,K] -> out[B,M,C],
  *   out[b,m,c] = sum over k = 0..K-1 of weight[b,m,k] * features[b, idx[b,m,k], c]
  *
  * The sum starts from 0 and adds the K products in ascending k, each product rounded once and
@@ -35,7 +35,8 @@
             T* PCOPS_RESTRICT dst = o + r * C;                                                 \
             for (int64_t c = 0; c < C; ++c) dst[c] = (T)0;                                     \
             for (int64_t k = 0; k < K; ++k) {                                                  \
-                const int64_t n = idx[r * K + k];                                              \
+                const int64_t n = idx32 ? (int64_t)((const int32_t*)idx)[r * K + k]             \
+                                        : ((const int64_t*)idx)[r * K + k];                    \
                 if (n < 0 || n >= N) continue;                                                 \
                 const T wk = w[r * K + k];                                                     \
                 const T* PCOPS_RESTRICT src = fb + n * C;                                      \
@@ -46,10 +47,14 @@
         }                                                                                      \
     } while (0)
 
-pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
-                                   const void* weight, int64_t B, int64_t N, int64_t C,
-                                   int64_t M, int64_t K, void* out) {
+pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, const void* idx,
+                                   pcops_index_dtype idx_dtype, const void* weight, int64_t B,
+                                   int64_t N, int64_t C, int64_t M, int64_t K, void* out) {
     if (B < 0 || N < 0 || C < 0 || M < 0 || K < 0) return PCOPS_ERROR_INVALID_VALUE;
+    if (idx_dtype != PCOPS_INDEX_INT64 && idx_dtype != PCOPS_INDEX_INT32)
+        return PCOPS_ERROR_INVALID_VALUE;
+    /* int32 (pointnet2_ops's) or int64, read as is; the type is loop-invariant */
+    const int idx32 = idx_dtype == PCOPS_INDEX_INT32;
     if (B * M * C == 0) return PCOPS_SUCCESS;
     if (!out || (K > 0 && (!idx || !weight)) || (N > 0 && !features))
         return PCOPS_ERROR_INVALID_VALUE;

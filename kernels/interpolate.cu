@@ -2,7 +2,7 @@
  * interpolate.cu -- weighted gather (PointNet++ feature propagation), on CUDA.
  *
  * B = batch, N = known points per cloud, C = channels, M = unknown (target) points,
- * K = neighbours per target. Same contract as interpolate.c:
+ * K = neighbours per target; idx int64 or int32. Same contract as interpolate.c:
  *
  *   out[b,m,c] = sum over k = 0..K-1 of weight[b,m,k] * features[b, idx[b,m,k], c]
  *
@@ -30,8 +30,8 @@ __device__ __forceinline__ double rounded_mul(double a, double b) { return pcops
 __device__ __forceinline__ float rounded_add(float a, float b) { return pcops_add_f32(a, b); }
 __device__ __forceinline__ double rounded_add(double a, double b) { return pcops_add_f64(a, b); }
 
-template <typename T>
-__global__ void interpolate_kernel(const T* __restrict__ features, const int64_t* __restrict__ idx,
+template <typename T, typename IdxT>
+__global__ void interpolate_kernel(const T* __restrict__ features, const IdxT* __restrict__ idx,
                                    const T* __restrict__ weight, int64_t N, int64_t C, int64_t M,
                                    int64_t K, int64_t total, T* __restrict__ out) {
     for (int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x; i < total;
@@ -42,7 +42,7 @@ __global__ void interpolate_kernel(const T* __restrict__ features, const int64_t
         const T* fb = features + b * N * C + c;
         T acc = (T)0;
         for (int64_t k = 0; k < K; ++k) {
-            const int64_t n = idx[r * K + k];
+            const int64_t n = (int64_t)idx[r * K + k];
             if (n < 0 || n >= N) continue;
             acc = rounded_add(acc, rounded_mul(weight[r * K + k], fb[n * C]));
         }
@@ -53,17 +53,26 @@ __global__ void interpolate_kernel(const T* __restrict__ features, const int64_t
 }  // namespace
 
 extern "C" cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* features,
-                                              const int64_t* idx, const void* weight, int64_t B,
-                                              int64_t N, int64_t C, int64_t M, int64_t K,
-                                              void* out, cudaStream_t stream) {
+                                              const void* idx, pcops_index_dtype idx_dtype,
+                                              const void* weight, int64_t B, int64_t N,
+                                              int64_t C, int64_t M, int64_t K, void* out,
+                                              cudaStream_t stream) {
     if (B < 0 || N < 0 || C < 0 || M < 0 || K < 0) return cudaErrorInvalidValue;
+    if (idx_dtype != PCOPS_INDEX_INT64 && idx_dtype != PCOPS_INDEX_INT32)
+        return cudaErrorInvalidValue;
     const int64_t total = B * M * C;
     if (total == 0) return cudaSuccess;
     const unsigned grid = pcops_grid_stride_blocks(total, kThreads);
     return pcops_dispatch_float(dtype, stream, [&](auto zero) {
         using T = decltype(zero);
-        interpolate_kernel<T><<<grid, kThreads, 0, stream>>>(
-            (const T*)features, idx, (const T*)weight, N, C, M, K, total, (T*)out);
+        if (idx_dtype == PCOPS_INDEX_INT32)  // pointnet2_ops's indices, read as is
+            interpolate_kernel<T, int32_t><<<grid, kThreads, 0, stream>>>(
+                (const T*)features, (const int32_t*)idx, (const T*)weight, N, C, M, K, total,
+                (T*)out);
+        else
+            interpolate_kernel<T, int64_t><<<grid, kThreads, 0, stream>>>(
+                (const T*)features, (const int64_t*)idx, (const T*)weight, N, C, M, K, total,
+                (T*)out);
         return cudaGetLastError();
     });
 }

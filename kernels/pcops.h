@@ -57,8 +57,9 @@ typedef enum pcops_dtype {
     PCOPS_BFLOAT16 = 3, /* only where a function says so (group) */
 } pcops_dtype;
 
-/* The element type of an index input (group, group_backward): int64, or int32 (what
- * pointnet2_ops-style callers hold), read as is, without a converted copy. */
+/* The element type of an index input (group, group_backward, interpolate, neighbor_dist2):
+ * int64, or int32 (what pointnet2_ops-style callers hold), read as is, without a converted
+ * copy. */
 typedef enum pcops_index_dtype {
     PCOPS_INDEX_INT64 = 0,
     PCOPS_INDEX_INT32 = 1,
@@ -244,7 +245,7 @@ pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_
 /* ------------------------------------------------------------------------------------------
  * Interpolate (kernels/interpolate.c, kernels/interpolate.cu): PointNet++ feature propagation
  *
- *   features[B,N,C], idx[B,M,K] (int64), weight[B,M,K] -> out[B,M,C],
+ *   features[B,N,C], idx[B,M,K] (int64 or int32: idx_dtype), weight[B,M,K] -> out[B,M,C],
  *   out[b,m,c] = sum over k of weight[b,m,k] * features[b, idx[b,m,k], c]
  *
  * The products are added in ascending k starting from 0, without FMA contraction, so the CPU
@@ -252,9 +253,23 @@ pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_
  * dtype: FLOAT32 or FLOAT64 (features and weight share it). The backward is composed by the
  * caller from group / group_backward (deterministic).
  * ---------------------------------------------------------------------------------------- */
-pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, const int64_t* idx,
-                                   const void* weight, int64_t B, int64_t N, int64_t C,
-                                   int64_t M, int64_t K, void* out);
+pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, const void* idx,
+                                   pcops_index_dtype idx_dtype, const void* weight, int64_t B,
+                                   int64_t N, int64_t C, int64_t M, int64_t K, void* out);
+
+/* ------------------------------------------------------------------------------------------
+ * Neighbour distances (kernels/neighbor_dist2.c, kernels/neighbor_dist2.cu)
+ *
+ *   query[B,M,3], ref[B,N,3], idx[B,M,S] (int64 or int32: idx_dtype) -> dist2[B,M,S],
+ *   dist2[b,m,s] = |query[b,m] - ref[b, idx[b,m,s]]|^2, 0 where idx lies outside [0, N)
+ *
+ * The distance of the searches (geometry.h's pcops_dist2), so a kNN's or ball query's
+ * neighbours get their search distances bit for bit. dtype: FLOAT32 or FLOAT64 (query, ref
+ * and dist2 share it). The backward is composed by the caller from group / group_backward.
+ * ---------------------------------------------------------------------------------------- */
+pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, const void* ref,
+                                      const void* idx, pcops_index_dtype idx_dtype, int64_t B,
+                                      int64_t M, int64_t N, int64_t S, void* dist2);
 
 #ifdef PCOPS_HAVE_CUDA_API
 /* ------------------------------------------------------------------------------------------
@@ -381,9 +396,15 @@ cudaError_t pcops_circle_nms_cuda(pcops_dtype dtype, const void* centers, int64_
                                   void* workspace, bool* keep_mask, int64_t* keep_idx,
                                   int64_t* num_kept, cudaStream_t stream);
 /* Interpolate on CUDA (see pcops_interpolate_cpu). */
-cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* features, const int64_t* idx,
-                                   const void* weight, int64_t B, int64_t N, int64_t C,
-                                   int64_t M, int64_t K, void* out, cudaStream_t stream);
+cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* features, const void* idx,
+                                   pcops_index_dtype idx_dtype, const void* weight, int64_t B,
+                                   int64_t N, int64_t C, int64_t M, int64_t K, void* out,
+                                   cudaStream_t stream);
+/* Neighbour distances on CUDA (see pcops_neighbor_dist2_cpu). */
+cudaError_t pcops_neighbor_dist2_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                                      const void* idx, pcops_index_dtype idx_dtype, int64_t B,
+                                      int64_t M, int64_t N, int64_t S, void* dist2,
+                                      cudaStream_t stream);
 #endif /* PCOPS_HAVE_CUDA_API */
 
 #ifdef __cplusplus

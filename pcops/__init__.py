@@ -6,6 +6,7 @@ typed, documented wrappers:
     furthest_point_sample   greedy farthest point sampling, with the coverage radius curve
     knn                     k nearest neighbours, sorted, differentiable distances
     ball_query              the first neighbours within a radius
+    neighbor_dist2          squared distances to listed neighbours (ball_query's idx), differentiable
     group                   gather neighbour features, deterministic backward
     group_backward          that backward as an op of its own (sum of gathered gradients)
     circle_nms              greedy centre-distance NMS for 3-D detection
@@ -28,6 +29,7 @@ from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
 from .knn import knn  # noqa: E402
+from .neighbor_dist2 import neighbor_dist2  # noqa: E402
 from . import io  # noqa: E402  (point-cloud file readers, the preprocess cache)
 from . import preprocess  # noqa: E402  (a callable module: pcops.preprocess(clouds, npoint, nsample))
 from .preprocess import GraphedPreprocess, Preprocessed, preprocess_stream  # noqa: E402
@@ -47,6 +49,7 @@ __all__ = [
     "group",
     "group_backward",
     "knn",
+    "neighbor_dist2",
     "io",
     "preprocess",
     "GraphedPreprocess",

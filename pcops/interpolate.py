@@ -7,6 +7,10 @@ from torch import Tensor
 
 __all__ = ["interpolate", "three_interpolate", "three_nn"]
 
+# idx of interpolate: int64, or int32 (read as is, without a converted copy; the backward
+# hands it to group / group_backward, which take both)
+_INDEX_DTYPES = (torch.long, torch.int32)
+
 
 def three_nn(
     unknown: Tensor,
@@ -49,7 +53,8 @@ def interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
     Args:
         features: ``[B, N, C]`` (channels last), float32/float64/float16/bfloat16 (half types
             compute in float32); need not be contiguous.
-        idx: int64 ``[B, M, K]`` in ``[-1, N)`` (checked on the CPU; on CUDA only under
+        idx: int64 or int32 ``[B, M, K]`` in ``[-1, N)`` (int32, as pointnet2_ops code holds
+            them, is read without a converted copy; checked on the CPU; on CUDA only under
             :func:`pcops.set_debug_checks`, to stay free of host synchronisation: values outside
             ``[0, N)`` add nothing).
         weight: ``[B, M, K]``, the dtype of ``features``.
@@ -73,7 +78,8 @@ def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
 
     Args:
         features: ``[B, N, C]`` features of the known (sparse) points.
-        idx: int64 ``[B, M, 3]`` from :func:`three_nn` (any K works; -1 adds nothing).
+        idx: int64 (or int32) ``[B, M, 3]`` from :func:`three_nn` (any K works; -1 adds
+            nothing).
         weight: ``[B, M, 3]``, the dtype of ``features``.
 
     Returns:
@@ -91,7 +97,8 @@ def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
 @torch.library.register_fake("pcops::interpolate")
 def _interpolate_fake(features, idx, weight):
     torch._check(features.dim() == 3, lambda: "features must be [B, N, C]")
-    torch._check(idx.dim() == 3 and idx.dtype == torch.long, lambda: "idx must be int64 [B, M, K]")
+    torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
+                 lambda: "idx must be int64 or int32 [B, M, K]")
     torch._check(weight.shape == idx.shape, lambda: "weight must have the shape of idx")
     torch._check(weight.dtype == features.dtype, lambda: "weight must have the dtype of features")
     torch._check(idx.shape[0] == features.shape[0], lambda: "idx and features differ in B")

@@ -119,8 +119,14 @@ def test_bad_inputs_raise_clear_errors(gen):
     features, idx, weight = random_case(2, 9, 6, 3, 5, gen)
     with pytest.raises(TypeError, match=r"pcops.interpolate: argument 'weight' must have the dtype"):
         pcops.interpolate(features, idx, weight.double())
-    with pytest.raises(TypeError, match=r"pcops.interpolate: argument 'idx'"):
-        pcops.interpolate(features, idx.int(), weight)
+    with pytest.raises(TypeError, match=r"pcops.interpolate: argument 'idx' must be an int64 or int32 tensor, got a 3-D Short"):
+        pcops.interpolate(features, idx.short(), weight)
+    with pytest.raises(TypeError, match=r"pcops.interpolate: argument 'idx' must be an int64 or int32 tensor, got a 3-D Float"):
+        pcops.interpolate(features, idx.float(), weight)
+    with pytest.raises(ValueError, match=r"pcops.interpolate: argument 'idx' must hold values in \[-1, N\)"):
+        pcops.interpolate(features, (idx + 9).int(), weight)
+    with pytest.raises(ValueError, match=r"pcops.interpolate: argument 'idx'"):
+        pcops.interpolate(features, idx[:1].int(), weight[:1])
     with pytest.raises(ValueError, match=r"pcops.interpolate: argument 'weight'"):
         pcops.interpolate(features, idx, weight[:, :, :2])
     with pytest.raises(ValueError, match=r"pcops.interpolate: argument 'idx' must hold values in \[-1, N\)"):
@@ -137,13 +143,52 @@ def test_bad_inputs_raise_clear_errors(gen):
         pcops.interpolate(torch.zeros(1, 4, 4096), big_idx, big_w)
 
 
-def test_cpu_and_cuda_give_the_same_bits(cuda, gen):
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
+def test_cpu_and_cuda_give_the_same_bits(cuda, gen, idx_dtype):
     features, idx, weight = random_case(3, 500, 2000, 3, 67, gen)
+    idx = idx.to(idx_dtype)
     for dtype in (torch.float32, torch.float64):
         f, w = features.to(dtype), weight.to(dtype)
         cpu = pcops.interpolate(f, idx, w)
         gpu = pcops.interpolate(f.cuda(), idx.cuda(), w.cuda())
-        assert_equal(gpu, cpu, what=f"CUDA vs CPU {dtype}")
+        assert_equal(gpu, cpu, what=f"CUDA vs CPU {dtype}, idx {idx_dtype}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_int32_idx_is_read_as_is(device, gen, dtype):
+    """int32 indices (pointnet2_ops's) give the int64 results bit for bit, forward and both
+    gradients, and match the float64 reference."""
+    features, idx, weight = random_case(2, 40, 90, 3, 24, gen, dtype, device)
+    idx32 = idx.int()
+    out = pcops.interpolate(features, idx32, weight)
+    assert out.dtype == dtype and out.shape == (2, 90, 24)
+    assert_equal(out, pcops.interpolate(features, idx, weight), what="int32 vs int64 forward")
+    assert_close(out, interpolate_naive(features, idx, weight), atol=TOL[dtype] * 3,
+                 rtol=TOL[dtype], what="int32 forward vs reference")
+    f = features.detach().requires_grad_(True)
+    w = weight.detach().requires_grad_(True)
+    grad = torch.randn(2, 90, 24, generator=gen).to(dtype).to(device)
+    g32 = torch.autograd.grad(pcops.interpolate(f, idx32, w), (f, w), grad)
+    g64 = torch.autograd.grad(pcops.interpolate(f, idx, w), (f, w), grad)
+    assert_equal(g32[0], g64[0], what="int32 vs int64 grad features")
+    assert_equal(g32[1], g64[1], what="int32 vs int64 grad weight")
+
+
+def test_gradcheck_float64_int32_idx(device, gen):
+    features, idx, weight = random_case(2, 7, 5, 3, 4, gen, torch.float64, device)
+    idx[0, 0] = torch.tensor([2, 2, 2])
+    features.requires_grad_(True)
+    weight.requires_grad_(True)
+    assert torch.autograd.gradcheck(pcops.interpolate, (features, idx.int(), weight))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_opcheck_int32_idx(device, gen, requires_grad, dtype):
+    features, idx, weight = random_case(2, 9, 6, 3, 5, gen, dtype, device)
+    features.requires_grad_(requires_grad)
+    weight.requires_grad_(requires_grad)
+    torch.library.opcheck(torch.ops.pcops.interpolate.default, (features, idx.int(), weight))
 
 
 def test_three_nn_is_knn_of_three(device, gen):
