@@ -79,7 +79,7 @@ def random_batch(sizes, gen, device, D=3):
 # ----------------------------------------------------------------------------------------------
 # fps
 
-@pytest.mark.parametrize("sizes", [[50], [30, 0, 17, 1], [100, 64, 3]])
+@pytest.mark.parametrize("sizes", [[50], [30, 0, 17, 1], [100, 64, 3], [40, 40, 40], [33, 33]])
 @pytest.mark.parametrize("ratio", [0.5, 0.25, 1.0, 0.3])
 def test_fps_matches_naive(device, gen, sizes, ratio):
     x, batch = random_batch(sizes, gen, device)
@@ -100,6 +100,27 @@ def test_fps_random_start_batch_none_ptr_and_2d(device, gen):
                  tc.fps(x, batch, ratio=0.5, random_start=False))
     x2 = x[:, :2]
     assert_equal(tc.fps(x2, batch, 0.5, False), fps_naive(x2, batch, 0.5).to(device), what="D=2")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fps_clouds_of_one_size(device, gen, dtype):
+    """Clouds of one size take the path without repacking (the flat points viewed as the
+    batch); near misses (a cloud one point short, a trailing empty cloud asked for by
+    batch_size, batch_size below the clouds, non-contiguous points) take the general one. All
+    agree with the naive FPS."""
+    for sizes, batch_size in [([25, 25, 25, 25], None), ([25, 25, 25, 24], None),
+                              ([25, 25, 25, 25], 5), ([25, 25, 25, 25], 2), ([1, 1, 1], None)]:
+        x, batch = random_batch(sizes, gen, device)
+        x = x.to(dtype)
+        want = fps_naive(x, batch, 0.3).to(device)
+        if batch_size is not None and batch_size < len(sizes):
+            want = want[want < sum(sizes[:batch_size])]
+        got = tc.fps(x, batch, 0.3, False, batch_size=batch_size)
+        assert_equal(got, want, what=f"fps {sizes} batch_size={batch_size}")
+    x, batch = random_batch([20, 20], gen, device)
+    x_t = x.t().contiguous().t()
+    assert not x_t.is_contiguous()
+    assert_equal(tc.fps(x_t, batch, 0.5, False), fps_naive(x, batch, 0.5).to(device))
 
 
 def test_fps_is_exact_far_from_the_origin(device, gen):

@@ -25,6 +25,8 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
+from ._util import nograd as _nograd
+
 __pcops_compat__ = True
 
 __all__ = [
@@ -39,18 +41,14 @@ __all__ = [
 ]
 
 
-def _long(idx: Tensor) -> Tensor:
-    return idx if idx.dtype == torch.long else idx.long()
-
-
 def _group_index(idx: Tensor) -> Tensor:
-    """The group op reads int32 (what pointnet2_ops hands in) and int64 as they are."""
+    """group and interpolate read int32 (what pointnet2_ops hands in) and int64 as they are."""
     return idx if idx.dtype in (torch.int32, torch.long) else idx.long()
 
 
 def furthest_point_sample(xyz: Tensor, npoint: int) -> Tensor:
     """Greedy farthest point sampling from index 0: ``xyz [B, N, 3]`` -> int32 ``[B, npoint]``."""
-    idx, _ = torch.ops.pcops.furthest_point_sample.default(xyz.detach(), npoint)
+    idx, _ = torch.ops.pcops.furthest_point_sample.default(_nograd(xyz), npoint)
     return idx.to(torch.int32)
 
 
@@ -70,7 +68,7 @@ def grouping_operation(features: Tensor, idx: Tensor) -> Tensor:
 
 def _ball_query_long(radius: float, nsample: int, xyz: Tensor, new_xyz: Tensor):
     idx, count = torch.ops.pcops.ball_query.default(
-        new_xyz.detach(), xyz.detach(), float(radius), nsample
+        _nograd(new_xyz), _nograd(xyz), float(radius), nsample
     )
     return idx.clamp_(min=0), count  # pointnet2_ops: a query with no neighbour gets index 0
 
@@ -89,7 +87,7 @@ def three_nn(unknown: Tensor, known: Tensor) -> Tuple[Tensor, Tensor]:
     -> ``(dist, idx)``, ``[B, n, 3]`` each: Euclidean distances (the square root of the squared
     ones, as pointnet2_ops returns them), sorted, and int32 indices. Not differentiable (as
     there). With fewer than 3 known points the missing slots hold index 0 and distance inf."""
-    dist2, idx = torch.ops.pcops.knn.default(unknown.detach(), known.detach(), 3)
+    dist2, idx = torch.ops.pcops.knn.default(_nograd(unknown), _nograd(known), 3)
     if known.shape[1] < 3:  # a shape test, no synchronisation: only then can a slot be empty
         idx = idx.clamp_(min=0)
     return dist2.sqrt_(), idx.to(torch.int32)
@@ -99,7 +97,7 @@ def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
     """``features [B, C, m]``, ``idx [B, n, 3]``, ``weight [B, n, 3]`` -> ``[B, C, n]``,
     ``out[b, :, i] = sum_k weight[b, i, k] * features[b, :, idx[b, i, k]]``. Differentiable
     with respect to ``features`` (deterministic) and ``weight``."""
-    out = torch.ops.pcops.interpolate.default(features.transpose(1, 2), _long(idx), weight)
+    out = torch.ops.pcops.interpolate.default(features.transpose(1, 2), _group_index(idx), weight)
     return out.transpose(1, 2)
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..fps import furthest_point_sample as _fps
+from ._util import nograd as _nograd
 
 __pcops_compat__ = True
 
@@ -182,14 +183,14 @@ def ball_query(
     q = _to_3d(p1, "ball_query", "p1")
     r = _to_3d(p2, "ball_query", "p2")
     idx, count = torch.ops.pcops.ball_query.default(
-        q.detach(), r.detach(), float(radius), K, lengths1, lengths2
+        _nograd(q), _nograd(r), float(radius), K, lengths1, lengths2
     )
     cols = torch.arange(K, device=idx.device)
     idx = idx.masked_fill(cols >= count.unsqueeze(-1), -1)  # PyTorch3D pads with -1
-    nn = torch.ops.pcops.group.default(r, idx)  # [N, P1, K, 3], zeros in empty slots
-    diff = nn - q.unsqueeze(2)
-    dists = (diff * diff).sum(-1).masked_fill(idx < 0, 0.0)
+    # one kernel: the search's own squared distances, 0 where idx is -1, differentiable
+    dists = torch.ops.pcops.neighbor_dist2.default(q, r, idx)
     knn = None
     if return_nn:
+        nn = torch.ops.pcops.group.default(r, idx)  # [N, P1, K, 3], zeros in empty slots
         knn = nn if D == 3 else nn[..., :D]
     return KNN(dists=dists, idx=idx, knn=knn)

@@ -13,7 +13,9 @@ Output sizes depend on the data, so these functions synchronise with the host on
 (torch_cluster's fps and radius: twice); the batch vectors' checks ride on that one copy.
 Batched calls repack the flat points into a padded ``[B, L, 3]`` batch (one gather of the
 points, located by binary searches of the sorted batch vector on the device) and call the
-pcops op once.
+pcops op once; fps over clouds of one size uses the flat points as they are (a view). The host
+work after the synchronisation is kept to the least: the FPS launch, or one gather of the COO
+pairs (built before it).
 
 Differences (see the README): D <= 3 (fewer coordinates are padded with zeros; D > 3 raises
 NotImplementedError), ``cosine=True`` raises NotImplementedError; FPS distances start at +inf
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..fps import furthest_point_sample as _fps
+from ._util import nograd as _nograd
 
 __pcops_compat__ = True
 
@@ -146,7 +149,7 @@ def fps(
         k = _samples(n, r, x.dtype)
         if k == 0:
             return torch.empty(0, dtype=torch.long, device=x.device)
-        idx = _fps(x.detach().unsqueeze(0), k, None, random_start=bool(random_start))
+        idx = _fps(_nograd(x).unsqueeze(0), k, None, random_start=bool(random_start))
         return idx[0]
     N = x.shape[0]
     if N == 0:
@@ -162,11 +165,19 @@ def fps(
     if batch_size is not None:
         keep &= batch < int(batch_size)
     (last,), (L, E) = _layout("fps", [("batch", batch)], [counts.max(), keep.sum()])
+    # After the synchronisation the GPU idles until the FPS is launched: launch it first, with
+    # the least host work before it; the index arithmetic after it overlaps the kernel.
     if E == 0:
         return torch.empty(0, dtype=torch.long, device=x.device)
     B = min(_batch_size(batch_size, [last]), last + 1)  # trailing empty clouds sample nothing
     K = _samples(L, r, x.dtype)  # ceil(n * ratio) is monotonic in n: the largest cloud's
-    padded, lengths, _ = _pack(x.detach(), batch, B, L)
+    if B * L == N and B == last + 1:
+        # every point lies in clouds 0..B-1, none larger than L, N = B * L points: all clouds
+        # hold exactly L points. The flat points are the batch as they are (a view, no
+        # lengths), and every cloud yields its K samples in order.
+        idx = _fps(_nograd(x).reshape(B, L, 3), K, None, random_start=bool(random_start))
+        return idx.add_(torch.arange(0, N, L, device=x.device).unsqueeze(1)).view(-1)
+    padded, lengths, _ = _pack(_nograd(x), batch, B, L)
     idx = _fps(padded, K, lengths, random_start=bool(random_start))
     points = torch.nonzero_static(keep, size=E).squeeze(1)  # E is known: no synchronisation
     return idx.view(-1)[batch[points] * K + rank[points]] + left[points]
@@ -174,16 +185,14 @@ def fps(
 
 def _compact(idx: Tensor, valid: Tensor, offset: Optional[Tensor] = None) -> Tensor:
     """COO ``[2, E]`` of the valid slots of ``idx [M, S]`` (row = the slot's row, col = its
-    index plus the row's ``offset``): one nonzero (the synchronisation the output size needs)
-    and two gathers written into the output."""
-    S = idx.shape[1]
-    slots = valid.view(-1).nonzero().squeeze(1)
-    out = torch.empty((2, slots.numel()), dtype=torch.long, device=idx.device)
-    torch.div(slots, S, rounding_mode="floor", out=out[0])
-    torch.index_select(idx.reshape(-1), 0, slots, out=out[1])
-    if offset is not None:
-        out[1] += offset[out[0]]
-    return out
+    index plus the row's ``offset``). The (row, col) pairs of every slot are built first, while
+    the search still runs; then the one nonzero (the synchronisation the output size needs)
+    and a single gather of the valid pairs, which is all the host does after it."""
+    M, S = idx.shape
+    rows = torch.arange(M, device=idx.device).unsqueeze(1).expand(M, S)
+    cols = idx if offset is None else idx + offset.unsqueeze(1)
+    pairs = torch.stack((rows, cols)).view(2, M * S)
+    return pairs.index_select(1, valid.view(-1).nonzero().view(-1))
 
 
 def _neighbours(op, x, y, batch_x, batch_y, batch_size, fn, *args):
@@ -240,7 +249,7 @@ def knn(
         return torch.empty((2, 0), dtype=torch.long, device=xs.device)
 
     def op(query, ref, k_, ql=None, rl=None):
-        dist2, idx = torch.ops.pcops.knn.default(query.detach(), ref.detach(), k_, ql, rl)
+        dist2, idx = torch.ops.pcops.knn.default(_nograd(query), _nograd(ref), k_, ql, rl)
         return idx, dist2
 
     idx, _, offset = _neighbours(op, xs, ys, batch_x, batch_y, batch_size, "knn", k)
@@ -300,7 +309,7 @@ def radius(
     S = max_num_neighbors + (1 if ignore_same_index else 0)
 
     def op(query, ref, r_, s_, ql=None, rl=None):
-        return torch.ops.pcops.ball_query.default(query.detach(), ref.detach(), r_, s_, ql, rl)
+        return torch.ops.pcops.ball_query.default(_nograd(query), _nograd(ref), r_, s_, ql, rl)
 
     idx, count, offset = _neighbours(op, xs, ys, batch_x, batch_y, batch_size, "radius",
                                      float(r), S)
