@@ -51,8 +51,6 @@
 #define KNN_CHUNK 16
 /* float64: kept neighbours up to which a sorted list with insertion is used; a heap above. */
 #define KNN_SORTED_MAX 96
-/* Grid path: distances computed per chunk of a cell's refs. */
-#define KNN_GRID_CHUNK 32
 /* Bytes of selection lists (the output rows of the queries of a block) meant to stay in L2. */
 #define KNN_LIST_BYTES (128 * 1024)
 
@@ -96,6 +94,31 @@ static int64_t knn_query_block(int64_t B, int64_t M, int64_t cap, size_t entry_b
 KNN_DEFINE_BELOW_MASK(f32, float, __m128, ps)
 KNN_DEFINE_BELOW_MASK(f64, double, __m128d, pd)
 #undef KNN_DEFINE_BELOW_MASK
+
+/* knn_next_up_SUF(th): the next value above th >= +0 (+inf stays +inf), so that d < it <=> d <= th
+ * for finite th (nextafter(th, +inf) without the call: the bits of a non-negative float count
+ * up like its values). */
+static inline float knn_next_up_f32(float th) {
+    uint32_t u;
+    memcpy(&u, &th, sizeof u);
+    u += u < 0x7f800000u; /* +inf stays */
+    memcpy(&th, &u, sizeof u);
+    return th;
+}
+static inline double knn_next_up_f64(double th) {
+    uint64_t u;
+    memcpy(&u, &th, sizeof u);
+    u += u < 0x7ff0000000000000u;
+    memcpy(&th, &u, sizeof u);
+    return th;
+}
+
+/* Helpers of the hot loops, inlined into each target clone (PCOPS_CPU_CLONES) of their caller. */
+#if defined(__GNUC__)
+#define KNN_INLINE static inline __attribute__((always_inline))
+#else
+#define KNN_INLINE static inline
+#endif
 
 /* Index of the lowest set bit of a non-zero mask. */
 static inline int knn_lowest_bit(uint32_t mask) {
@@ -149,7 +172,9 @@ static inline void knn_packed_finish(uint64_t* h, int64_t count, float* dist) {
  * uniform B=4 N=4096 and N=100000 and the KITTI scan are within noise of their best from 1 to
  * 3 base cells per 4 refs; 2 is best on KITTI. */
 #define KNN_GRID_K_PER_CELL 4
+#ifndef KNN_GRID_BASE_CELLS
 #define KNN_GRID_BASE_CELLS 2.0
+#endif
 /* The selector's grid threshold: clouds of at least this many refs, k at most N / 8. */
 #define KNN_GRID_MIN_N 512
 
