@@ -173,7 +173,7 @@ static inline void knn_packed_finish(uint64_t* h, int64_t count, float* dist) {
  * 3 base cells per 4 refs; 2 is best on KITTI. */
 #define KNN_GRID_K_PER_CELL 4
 #ifndef KNN_GRID_BASE_CELLS
-#define KNN_GRID_BASE_CELLS 2.0
+#define KNN_GRID_BASE_CELLS 1.0
 #endif
 /* The selector's grid threshold: clouds of at least this many refs, k at most N / 8. */
 #define KNN_GRID_MIN_N 512
