@@ -51,6 +51,11 @@
 #define KNN_CHUNK 16
 /* float64: kept neighbours up to which a sorted list with insertion is used; a heap above. */
 #define KNN_SORTED_MAX 96
+/* Grid path, float32: kept neighbours up to which a sorted list of packed keys is used; a heap
+ * above. */
+#ifndef KNN_GRID_SORTED_MAX
+#define KNN_GRID_SORTED_MAX 64
+#endif
 /* Bytes of selection lists (the output rows of the queries of a block) meant to stay in L2. */
 #define KNN_LIST_BYTES (128 * 1024)
 
@@ -142,6 +147,20 @@ static inline int knn_lowest_bit(uint32_t mask) {
 static inline void knn_packed_finish(uint64_t* h, int64_t count, float* dist) {
     pcops_heap_sort_u64(h, 1, count);
     pcops_key_unpack_f32(h, 1, count, dist, (int64_t*)h);
+}
+
+/* A short list of packed keys kept sorted ascending, h[0, *count) of at most cap: takes key,
+ * given that there is room or that key < h[cap - 1] (which then drops out), by insertion.
+ * Returns 1 when the list is full after it (h[cap - 1] is the threshold). The grid path uses it
+ * while cap <= KNN_GRID_SORTED_MAX: measured faster than the heap there (no heapsort at the end). */
+static inline int knn_sorted_keep_u64(uint64_t* h, int64_t cap, int64_t* count, uint64_t key) {
+    int64_t pos = *count < cap ? (*count)++ : cap - 1;
+    while (pos > 0 && h[pos - 1] > key) {
+        h[pos] = h[pos - 1];
+        --pos;
+    }
+    h[pos] = key;
+    return *count == cap;
 }
 
 #define T float
