@@ -27,10 +27,14 @@
  *
  * The grid path (pcops_knn_cpu_variant with GRID, or AUTO on large clouds; knn_cpu.inc,
  * grid_cpu.inc, grid.h): the refs of each cloud are binned into a uniform grid, the queries
- * are visited in cell order, and each query walks the cells in rings of growing distance,
- * skipping rows and cells whose conservative lower bound is strictly above its k-th distance
- * and stopping when the k-th distance is strictly below the bound of every unvisited cell.
- * Candidates enter the same lists by full key compare: the result is the brute force's, bit
+ * are visited in cell order, and each query walks the cells in rings of growing distance (the
+ * block of cells [c - 1, c + 1] first), skipping planes and rows whose conservative lower bound
+ * is strictly above its k-th distance, scanning each row as one run of the cells within that
+ * distance (their refs are contiguous; 16 distances per SSE2 mask, as the brute force), and
+ * stopping when the k-th distance is strictly below the bound of every unvisited cell. Before
+ * its list is full a query prunes with a seed bound: its largest distance to the previous
+ * query's neighbours. Candidates enter the lists by full key compare (float32: packed keys,
+ * kept sorted up to KNN_GRID_SORTED_MAX, a heap above): the result is the brute force's, bit
  * for bit.
  */
 #include <math.h>
@@ -53,9 +57,7 @@
 #define KNN_SORTED_MAX 96
 /* Grid path, float32: kept neighbours up to which a sorted list of packed keys is used; a heap
  * above. */
-#ifndef KNN_GRID_SORTED_MAX
 #define KNN_GRID_SORTED_MAX 64
-#endif
 /* Bytes of selection lists (the output rows of the queries of a block) meant to stay in L2. */
 #define KNN_LIST_BYTES (128 * 1024)
 
@@ -187,13 +189,12 @@ static inline int knn_sorted_keep_u64(uint64_t* h, int64_t cap, int64_t* count, 
 
 /* The grid path's cells per cloud: KNN_GRID_BASE_CELLS cells per max(1, K / KNN_GRID_K_PER_CELL)
  * refs over the box, refined up to PCOPS_GRID_OCCUPANCY_SPARE times more where most of the box
- * is empty (kernels/grid_cpu.inc). Measured on this machine (lab driver, one thread, k = 16):
- * uniform B=4 N=4096 and N=100000 and the KITTI scan are within noise of their best from 1 to
- * 3 base cells per 4 refs; 2 is best on KITTI. */
+ * is empty (kernels/grid_cpu.inc). Measured on this machine with the block-first search and
+ * the seed bound (kernels/knn_cpu.inc; one thread, k = 16, min of 8 runs, 0.25 to 2 tried):
+ * 1 is best on uniform B=4 N=4096 and N=100000 (2 was 5-10% slower, 0.5 10-20%); KITTI is
+ * within noise (+-7%) from 0.5 to 1.5. */
 #define KNN_GRID_K_PER_CELL 4
-#ifndef KNN_GRID_BASE_CELLS
 #define KNN_GRID_BASE_CELLS 1.0
-#endif
 /* The selector's grid threshold: clouds of at least this many refs, k at most N / 8. */
 #define KNN_GRID_MIN_N 512
 
