@@ -27,10 +27,14 @@
  *
  * The grid path (pcops_knn_cpu_variant with GRID, or AUTO on large clouds; knn_cpu.inc,
  * grid_cpu.inc, grid.h): the refs of each cloud are binned into a uniform grid, the queries
- * are visited in cell order, and each query walks the cells in rings of growing distance,
- * skipping rows and cells whose conservative lower bound is strictly above its k-th distance
- * and stopping when the k-th distance is strictly below the bound of every unvisited cell.
- * Candidates enter the same lists by full key compare: the result is the brute force's, bit
+ * are visited in cell order, and each query walks the cells in rings of growing distance (the
+ * block of cells [c - 1, c + 1] first), skipping planes and rows whose conservative lower bound
+ * is strictly above its k-th distance, scanning each row as one run of the cells within that
+ * distance (their refs are contiguous; 16 distances per SSE2 mask, as the brute force), and
+ * stopping when the k-th distance is strictly below the bound of every unvisited cell. Before
+ * its list is full a query prunes with a seed bound: its largest distance to the previous
+ * query's neighbours. Candidates enter the lists by full key compare (float32: packed keys,
+ * kept sorted up to KNN_GRID_SORTED_MAX, a heap above): the result is the brute force's, bit
  * for bit.
  */
 #include <math.h>
@@ -51,8 +55,9 @@
 #define KNN_CHUNK 16
 /* float64: kept neighbours up to which a sorted list with insertion is used; a heap above. */
 #define KNN_SORTED_MAX 96
-/* Grid path: distances computed per chunk of a cell's refs. */
-#define KNN_GRID_CHUNK 32
+/* Grid path, float32: kept neighbours up to which a sorted list of packed keys is used; a heap
+ * above. */
+#define KNN_GRID_SORTED_MAX 64
 /* Bytes of selection lists (the output rows of the queries of a block) meant to stay in L2. */
 #define KNN_LIST_BYTES (128 * 1024)
 
@@ -97,6 +102,31 @@ KNN_DEFINE_BELOW_MASK(f32, float, __m128, ps)
 KNN_DEFINE_BELOW_MASK(f64, double, __m128d, pd)
 #undef KNN_DEFINE_BELOW_MASK
 
+/* knn_next_up_SUF(th): the next value above th >= +0 (+inf stays +inf), so that d < it <=> d <= th
+ * for finite th (nextafter(th, +inf) without the call: the bits of a non-negative float count
+ * up like its values). */
+static inline float knn_next_up_f32(float th) {
+    uint32_t u;
+    memcpy(&u, &th, sizeof u);
+    u += u < 0x7f800000u; /* +inf stays */
+    memcpy(&th, &u, sizeof u);
+    return th;
+}
+static inline double knn_next_up_f64(double th) {
+    uint64_t u;
+    memcpy(&u, &th, sizeof u);
+    u += u < 0x7ff0000000000000u;
+    memcpy(&th, &u, sizeof u);
+    return th;
+}
+
+/* Helpers of the hot loops, inlined into each target clone (PCOPS_CPU_CLONES) of their caller. */
+#if defined(__GNUC__)
+#define KNN_INLINE static inline __attribute__((always_inline))
+#else
+#define KNN_INLINE static inline
+#endif
+
 /* Index of the lowest set bit of a non-zero mask. */
 static inline int knn_lowest_bit(uint32_t mask) {
 #if defined(__GNUC__)
@@ -119,6 +149,20 @@ static inline int knn_lowest_bit(uint32_t mask) {
 static inline void knn_packed_finish(uint64_t* h, int64_t count, float* dist) {
     pcops_heap_sort_u64(h, 1, count);
     pcops_key_unpack_f32(h, 1, count, dist, (int64_t*)h);
+}
+
+/* A short list of packed keys kept sorted ascending, h[0, *count) of at most cap: takes key,
+ * given that there is room or that key < h[cap - 1] (which then drops out), by insertion.
+ * Returns 1 when the list is full after it (h[cap - 1] is the threshold). The grid path uses it
+ * while cap <= KNN_GRID_SORTED_MAX: measured faster than the heap there (no heapsort at the end). */
+static inline int knn_sorted_keep_u64(uint64_t* h, int64_t cap, int64_t* count, uint64_t key) {
+    int64_t pos = *count < cap ? (*count)++ : cap - 1;
+    while (pos > 0 && h[pos - 1] > key) {
+        h[pos] = h[pos - 1];
+        --pos;
+    }
+    h[pos] = key;
+    return *count == cap;
 }
 
 #define T float
@@ -145,11 +189,12 @@ static inline void knn_packed_finish(uint64_t* h, int64_t count, float* dist) {
 
 /* The grid path's cells per cloud: KNN_GRID_BASE_CELLS cells per max(1, K / KNN_GRID_K_PER_CELL)
  * refs over the box, refined up to PCOPS_GRID_OCCUPANCY_SPARE times more where most of the box
- * is empty (kernels/grid_cpu.inc). Measured on this machine (lab driver, one thread, k = 16):
- * uniform B=4 N=4096 and N=100000 and the KITTI scan are within noise of their best from 1 to
- * 3 base cells per 4 refs; 2 is best on KITTI. */
+ * is empty (kernels/grid_cpu.inc). Measured on this machine with the block-first search and
+ * the seed bound (kernels/knn_cpu.inc; one thread, k = 16, min of 8 runs, 0.25 to 2 tried):
+ * 1 is best on uniform B=4 N=4096 and N=100000 (2 was 5-10% slower, 0.5 10-20%); KITTI is
+ * within noise (+-7%) from 0.5 to 1.5. */
 #define KNN_GRID_K_PER_CELL 4
-#define KNN_GRID_BASE_CELLS 2.0
+#define KNN_GRID_BASE_CELLS 1.0
 /* The selector's grid threshold: clouds of at least this many refs, k at most N / 8. */
 #define KNN_GRID_MIN_N 512
 

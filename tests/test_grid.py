@@ -160,6 +160,16 @@ def test_knn_grid_ties(device, gen):
         check_knn(query, ref, k)
 
 
+def test_knn_grid_list_kinds(device, gen):
+    """The CPU grid path keeps float32 lists of up to 64 (KNN_GRID_SORTED_MAX) sorted by
+    insertion and uses the heap above; both sides of the threshold, with ties and clusters."""
+    for ref, query in ((snapped(2, 3000, gen), snapped(2, 400, gen)),
+                       (blobs(2, 3000, gen), queries_for(blobs(2, 3000, gen), 400, gen, "around"))):
+        for k in (63, 64, 65):
+            check_knn(query.float().to(device), ref.float().to(device), k)
+            check_knn(query.to(device), ref.to(device), k)
+
+
 def test_knn_grid_tiny_and_large_k(device, gen):
     for N in (0, 1, 2, 5, 17):
         ref = uniform(2, N, gen).float().to(device)
