@@ -88,3 +88,13 @@ def debug_checks():
     previous = pcops.set_debug_checks(True)
     yield
     pcops.set_debug_checks(previous)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module of small tensors: faster than two, many times so on a
+    busy machine (the models tests: pytestmark = pytest.mark.usefixtures("one_thread"))."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -22,13 +22,7 @@ from models.train import epochs_within_budget, lr_at, main as train_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tensors are small: one thread is faster than two, many times so on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def unit_sphere_cloud(B, N, gen):

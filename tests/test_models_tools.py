@@ -22,12 +22,7 @@ TINY = ["--num-shapes", "48", "--num-val-shapes", "20", "--points", "160", "--ba
         "--limit-steps", "2", "--no-progress", "--seed", "7"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
