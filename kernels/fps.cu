@@ -84,8 +84,7 @@ __device__ __forceinline__ bool farther(const Candidate<double>& a, const Candid
 template <typename T>
 __device__ __forceinline__ void fps_visit(T x, T y, T z, T& temp, int n, T cx, T cy, T cz,
                                           Candidate<T>& best) {
-    const T d = fps_dist2(x, y, z, cx, cy, cz);
-    const T t = d < temp ? d : temp;
+    const T t = fmin(fps_dist2(x, y, z, cx, cy, cz), temp);  // = d < temp ? d : temp: d >= +0
     temp = t;
     if (t > best.value) best = {t, n};
 }
@@ -174,16 +173,37 @@ constexpr int max_threads() {
 // ------------------------------------------------------------------------------------------
 // reductions
 
-// The farthest candidate of the warp, in every lane.
-template <typename T>
-__device__ __forceinline__ Candidate<T> warp_farthest(Candidate<T> c) {
+// The farthest candidate of the warp, in every lane. float: two warp reductions (redux, sm_80+)
+// on the order-preserving bits of the temp and then on the index of the lanes that hold the
+// largest temp, instead of five levels of shuffles; the same order as farther() because temps
+// are never NaN and never -0 (a sum of squares, +inf, -1 for a chosen point, -inf for padding).
+__device__ __forceinline__ Candidate<float> warp_farthest(Candidate<float> c) {
+    const uint32_t u = __float_as_uint(c.value);
+    const uint32_t key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+    const uint32_t index =
+        __reduce_min_sync(0xffffffffu, key == top ? (uint32_t)c.index : 0xffffffffu);
+    return {__uint_as_float((top & 0x80000000u) ? (top & 0x7fffffffu) : ~top), (int)index};
+}
+// double: five levels of (value, index) shuffles.
+__device__ __forceinline__ Candidate<double> warp_farthest(Candidate<double> c) {
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
-        Candidate<T> o = {__shfl_xor_sync(0xffffffffu, c.value, offset),
-                          __shfl_xor_sync(0xffffffffu, c.index, offset)};
+        Candidate<double> o = {__shfl_xor_sync(0xffffffffu, c.value, offset),
+                               __shfl_xor_sync(0xffffffffu, c.index, offset)};
         if (farther(o, c)) c = o;
     }
     return c;
+}
+
+// warp_farthest, and the lowest lane that holds the winner (c becomes the winner).
+template <typename T>
+__device__ __forceinline__ int warp_argmax(Candidate<T>& c) {
+    const Candidate<T> w = warp_farthest(c);
+    const int lane =
+        __ffs(__ballot_sync(0xffffffffu, c.value == w.value && c.index == w.index)) - 1;
+    c = w;
+    return lane;
 }
 
 // Barrier `id` (0: the whole block) among `threads` threads (a multiple of 32).
@@ -527,25 +547,6 @@ struct Bucket {
                          cx, cy, cz);
     }
 };
-
-// The farthest candidate of the warp in every lane, and the lowest lane that holds it. float:
-// two warp reductions on the order-preserving bits of the temp and then on the index (redux,
-// sm_80+), instead of five levels of shuffles.
-__device__ __forceinline__ int warp_argmax(Candidate<float>& c) {
-    const uint32_t u = __float_as_uint(c.value);
-    const uint32_t key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // temps are never NaN
-    const uint32_t top = __reduce_max_sync(0xffffffffu, key);
-    const uint32_t index = __reduce_min_sync(0xffffffffu, key == top ? (uint32_t)c.index : 0xffffffffu);
-    const int lane = __ffs(__ballot_sync(0xffffffffu, key == top && (uint32_t)c.index == index)) - 1;
-    c = {__uint_as_float((top & 0x80000000u) ? (top & 0x7fffffffu) : ~top), (int)index};
-    return lane;
-}
-__device__ __forceinline__ int warp_argmax(Candidate<double>& c) {
-    const Candidate<double> w = warp_farthest(c);
-    const int lane = __ffs(__ballot_sync(0xffffffffu, c.value == w.value && c.index == w.index)) - 1;
-    c = w;
-    return lane;
-}
 
 // A warp's farthest candidate with its coordinates: what the block reduces at each step.
 template <typename T>
