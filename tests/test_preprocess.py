@@ -340,6 +340,28 @@ def test_command_folder_with_a_broken_file(tmp_path, seed, out_name):
     assert cache.settings["npoint"] == 16 and len(cache) == 5 and cache.centres.shape[1] == 16
 
 
+@pytest.mark.parametrize("out_name", ["cache.npz", "cache_dir"])
+def test_command_cache_inside_the_input_folder_is_not_an_input(tmp_path, seed, out_name):
+    # the cache (a .npz, or a folder of .npz shards) written into the folder being processed:
+    # a re-run must skip the inputs it holds and never read the cache back as clouds
+    rng = np.random.default_rng(seed)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    clouds = make_clouds(rng, [120, 90])
+    for i, c in enumerate(clouds):
+        np.save(folder / f"s{i}.npy", c)
+    out = folder / out_name
+    args = [str(folder), "-o", str(out), "--npoint", "16", "--nsample", "4", "--shard-size", "1",
+            "--device", "cpu"]
+    r = run_cmd(args)
+    assert r.returncode == 0 and "2 clouds" in r.stdout and "0 failed" in r.stdout, r.stdout + r.stderr
+    r = run_cmd(args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 clouds" in r.stdout and "2 already in the cache" in r.stdout and "0 failed" in r.stdout, r.stdout
+    cache = pio.read_cache(out)
+    assert sorted(map(str, cache.sources)) == sorted(str(folder / f"s{i}.npy") for i in range(2))
+
+
 def test_command_ball_query_and_bad_arguments(tmp_path, seed):
     rng = np.random.default_rng(seed)
     c = make_clouds(rng, [50], scale=1.0, offset=0.0)[0]

@@ -284,6 +284,10 @@ def _run(args, dist, device) -> int:
     dist.barrier()
 
     files = [os.path.abspath(f) for f in pio.find_clouds(args.inputs, recursive=True)]
+    # the cache itself is never an input: its shards (a folder) or its file (.npz) may lie
+    # inside an input folder, and a re-run would otherwise read them back as clouds
+    own = out + os.sep
+    files = [f for f in files if f != out and not f.startswith(own)]
     if not files:
         _die(f"pcops.preprocess: no cloud files ({' '.join(pio.SUPPORTED_EXTENSIONS)}) in {' '.join(args.inputs)}")
     done, existing = _read_existing(out, folder, settings, args.overwrite, dist)
