@@ -2,14 +2,14 @@
 # ab_trees.sh -- is one tree's kNN / ball query faster or slower than another's, beyond noise?
 # Builds several pcops trees on one GPU machine and times their searches against each other:
 #
-#   bash benchmarks/ab_trees.sh [-o OUT] [--rounds R] [--procs P] [--torch P]
+#   bash benchmarks/ab_trees.sh [-o OUT] [-w WORK] [--rounds R] [--procs P] [--torch P]
 #                               [--torch-labels A,B] [--deadline S] LABEL=TREE [LABEL=TREE ...]
 #
 # TREE is a directory holding a pcops tree (e.g. from `git archive REV | tar -x -C DIR`) or a
 # git revision of the repository this script runs in. The first tree is the reference. Stages,
-# each writing to OUT (default ./ab_out) as it goes:
+# each writing its text to OUT (default ./ab_out) as it goes (builds go to WORK, default OUT):
 #   1. lab builds: every tree's kernels/knn.cu and kernels/ball_query.cu, with that tree's own
-#      kernels/Makefile flags, linked into OUT/lib/libpcops_<LABEL>.so (shared CUDA runtime,
+#      kernels/Makefile flags, linked into WORK/lib/libpcops_<LABEL>.so (shared CUDA runtime,
 #      -Bsymbolic); a copy of the reference library is added as "<LABEL>copy", the noise floor.
 #   2. in one process: lab/build/cuda/ab_search (this tree's) on all of them, R rounds of
 #      interleaved calls in rotating order, L2 flushed, CUDA events (lab/ab_search.c: method)
@@ -18,7 +18,7 @@
 #      A B B A A B ... (both orders equally often) -> OUT/processes.txt: how much a fresh
 #      process moves the medians, against what a tree changes.
 #   4. with --torch P: every tree (or those of --torch-labels A,B) built as the torch extension
-#      (setup.py build_ext --inplace, in OUT/torch/<LABEL>), then benchmarks/ab_torch.py (the
+#      (setup.py build_ext --inplace, in WORK/torch/<LABEL>), then benchmarks/ab_torch.py (the
 #      peer benchmark's timing of pcops.knn / pcops.ball_query) in P processes per tree,
 #      alternating as in 3 -> OUT/torch.txt.
 #   5. benchmarks/ab_summary.py -> OUT/summary.md (also printed).
@@ -27,6 +27,7 @@
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"  # this tree: ab_search, ab_torch.py, ab_summary.py
 OUT=$PWD/ab_out
+WORK=""
 ROUNDS=150
 PROCS=6
 TORCH_PROCS=0
@@ -36,6 +37,7 @@ SPECS=()
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) OUT=$(realpath -m "$2"); shift 2 ;;
+        -w) WORK=$(realpath -m "$2"); shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --procs) PROCS=$2; shift 2 ;;
         --torch) TORCH_PROCS=$2; shift 2 ;;
@@ -46,7 +48,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ ${#SPECS[@]} -ge 1 ] || { echo "ab_trees.sh: give LABEL=TREE at least once" >&2; exit 2; }
-mkdir -p "$OUT/lib" "$OUT/trees"
+WORK=${WORK:-$OUT}
+mkdir -p "$OUT" "$WORK/lib" "$WORK/trees"
 START=$SECONDS
 PY=${PYTHON:-python3}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -73,7 +76,7 @@ for spec in "${SPECS[@]}"; do
     tree=${spec#*=}
     if [ ! -d "$tree" ]; then
         rev=$tree
-        tree="$OUT/trees/$label"
+        tree="$WORK/trees/$label"
         rm -rf "$tree" && mkdir -p "$tree"
         git -C "$HERE" archive "$rev" | tar -x -C "$tree" || { echo "no tree or revision: $rev" >&2; exit 2; }
     fi
@@ -88,7 +91,7 @@ for i in "${!LABELS[@]}"; do
     (
         k="${TREES[$i]}/kernels"
         make -C "$k" NVCC="$NVCC" BUILD_DIR=build/ab build/ab/knn.cu.o build/ab/ball_query.cu.o &&
-            "$NVCC" -shared -cudart shared -Xlinker -Bsymbolic -o "$OUT/lib/libpcops_${LABELS[$i]}.so" \
+            "$NVCC" -shared -cudart shared -Xlinker -Bsymbolic -o "$WORK/lib/libpcops_${LABELS[$i]}.so" \
                 "$k/build/ab/knn.cu.o" "$k/build/ab/ball_query.cu.o"
     ) > "$OUT/build_${LABELS[$i]}.log" 2>&1 &
 done
@@ -96,17 +99,17 @@ make -C "$HERE/lab" NVCC="$NVCC" ab > "$OUT/build_ab_search.log" 2>&1 &
 wait
 AB="$HERE/lab/build/cuda/ab_search"
 for label in "${LABELS[@]}"; do
-    [ -f "$OUT/lib/libpcops_$label.so" ] || { echo "build of $label failed:"; tail -n 20 "$OUT/build_$label.log"; exit 1; }
+    [ -f "$WORK/lib/libpcops_$label.so" ] || { echo "build of $label failed:"; tail -n 20 "$OUT/build_$label.log"; exit 1; }
 done
 [ -x "$AB" ] || { echo "ab_search build failed:"; tail -n 20 "$OUT/build_ab_search.log"; exit 1; }
-cp "$OUT/lib/libpcops_$REF.so" "$OUT/lib/libpcops_${REF}copy.so"
+cp "$WORK/lib/libpcops_$REF.so" "$WORK/lib/libpcops_${REF}copy.so"
 BUILDS=()
-for label in "${LABELS[@]}"; do BUILDS+=("$label=$OUT/lib/libpcops_$label.so"); done
+for label in "${LABELS[@]}"; do BUILDS+=("$label=$WORK/lib/libpcops_$label.so"); done
 
 # 2. one process, every build and the reference's copy
 if time_left 60; then
     stamp "in one process: ${LABELS[*]} ${REF}copy, $ROUNDS rounds"
-    "$AB" --rounds "$ROUNDS" "${BUILDS[0]}" "${REF}copy=$OUT/lib/libpcops_${REF}copy.so" \
+    "$AB" --rounds "$ROUNDS" "${BUILDS[0]}" "${REF}copy=$WORK/lib/libpcops_${REF}copy.so" \
         "${BUILDS[@]:1}" > "$OUT/inprocess.txt" 2>&1
     echo "rc $?" >> "$OUT/inprocess.txt"
 fi
@@ -140,7 +143,7 @@ if [ "$TORCH_PROCS" -gt 0 ] && [ ${#TIDX[@]} -gt 0 ] && time_left 240; then
     export MAX_JOBS=${MAX_JOBS:-$(( $(nproc) / ${#TIDX[@]} > 1 ? $(nproc) / ${#TIDX[@]} : 1 ))}
     for i in "${TIDX[@]}"; do
         (
-            dst="$OUT/torch/${LABELS[$i]}"
+            dst="$WORK/torch/${LABELS[$i]}"
             rm -rf "$dst" && mkdir -p "$dst"
             (cd "${TREES[$i]}" && tar -c --exclude=./build --exclude='*.so' --exclude=./kernels/build \
                 --exclude=./lab/build .) | tar -x -C "$dst"
@@ -148,6 +151,10 @@ if [ "$TORCH_PROCS" -gt 0 ] && [ ${#TIDX[@]} -gt 0 ] && time_left 240; then
         ) > "$OUT/torch_build_${LABELS[$i]}.log" 2>&1 &
     done
     wait
+    for i in "${TIDX[@]}"; do
+        ls "$WORK/torch/${LABELS[$i]}"/pcops/_C*.so > /dev/null 2>&1 ||
+            { echo "torch build of ${LABELS[$i]} failed:"; tail -n 20 "$OUT/torch_build_${LABELS[$i]}.log"; }
+    done
     stamp "torch: $TORCH_PROCS processes per tree"
     : > "$OUT/torch.txt"
     for p in $(seq 1 "$TORCH_PROCS"); do
@@ -158,7 +165,7 @@ if [ "$TORCH_PROCS" -gt 0 ] && [ ${#TIDX[@]} -gt 0 ] && time_left 240; then
         fi
         for i in "${idx[@]}"; do
             echo "PROC $p ${LABELS[$i]}" >> "$OUT/torch.txt"
-            $PY "$HERE/benchmarks/ab_torch.py" --tree "$OUT/torch/${LABELS[$i]}" \
+            $PY "$HERE/benchmarks/ab_torch.py" --tree "$WORK/torch/${LABELS[$i]}" \
                 --label "${LABELS[$i]}" >> "$OUT/torch.txt" 2>&1
         done
         time_left 40 || break
