@@ -59,6 +59,9 @@ export PYTHONUNBUFFERED=1
 stamp() { echo "[$(date +%H:%M:%S) +$((SECONDS - START))s] $*"; }
 # time_left N: whether N seconds are left before the deadline (always, without one)
 time_left() { [ "$DEADLINE" -le 0 ] || [ $((DEADLINE - (SECONDS - START))) -ge "$1" ]; }
+# order P N: the indices 0 .. N-1 in the order of process round P (odd: ascending; even:
+# descending), so every build runs first and last equally often
+order() { if [ $(($1 % 2)) -eq 1 ]; then seq 0 $(($2 - 1)); else seq $(($2 - 1)) -1 0; fi; }
 
 {
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
@@ -119,12 +122,8 @@ if time_left 60; then
     stamp "across processes: $PROCS per build"
     : > "$OUT/processes.txt"
     for p in $(seq 1 "$PROCS"); do
-        order=("${BUILDS[@]}")
-        if [ $((p % 2)) -eq 0 ]; then
-            order=()
-            for ((j = ${#BUILDS[@]} - 1; j >= 0; j--)); do order+=("${BUILDS[$j]}"); done
-        fi
-        for b in "${order[@]}"; do
+        for j in $(order "$p" ${#BUILDS[@]}); do
+            b=${BUILDS[$j]}
             echo "PROC $p ${b%%=*}" >> "$OUT/processes.txt"
             "$AB" --rounds 60 --rows K1,K2,K3,K4,K5,K8,Q1,Q2 "$b" >> "$OUT/processes.txt" 2>&1
         done
@@ -158,12 +157,8 @@ if [ "$TORCH_PROCS" -gt 0 ] && [ ${#TIDX[@]} -gt 0 ] && time_left 240; then
     stamp "torch: $TORCH_PROCS processes per tree"
     : > "$OUT/torch.txt"
     for p in $(seq 1 "$TORCH_PROCS"); do
-        idx=("${TIDX[@]}")
-        if [ $((p % 2)) -eq 0 ]; then
-            idx=()
-            for ((j = ${#TIDX[@]} - 1; j >= 0; j--)); do idx+=("${TIDX[$j]}"); done
-        fi
-        for i in "${idx[@]}"; do
+        for j in $(order "$p" ${#TIDX[@]}); do
+            i=${TIDX[$j]}
             echo "PROC $p ${LABELS[$i]}" >> "$OUT/torch.txt"
             $PY "$HERE/benchmarks/ab_torch.py" --tree "$WORK/torch/${LABELS[$i]}" \
                 --label "${LABELS[$i]}" >> "$OUT/torch.txt" 2>&1
