@@ -314,9 +314,17 @@ PCOPS_HD void pcops_heap_sift_down_u64(uint64_t* h, int64_t stride, int64_t coun
         uint64_t kc = h[c * stride];
         if (c + 1 < count) {
             const uint64_t kr = h[(c + 1) * stride];
-            const int right = kr > kc; /* branch-free child choice: a conditional move */
+            /* branch-free child choice. The device selects c (SEL): c += right put an add and a
+             * carry on the path to the next level's load (knn_heap_kernel<float, true>, K8: 0.4%
+             * slower, lab/ab_search on the H100). The host adds: GCC 12 -O3 turns the select
+             * form into a branch on the compare (unpredictable), the add into setb + cmov. */
+            const int right = kr > kc;
             kc = right ? kr : kc;
+#if defined(__CUDA_ARCH__)
+            c = right ? c + 1 : c;
+#else
             c += right;
+#endif
         }
         if (kc <= key) break;
         h[j * stride] = kc;
