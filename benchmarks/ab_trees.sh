@@ -7,7 +7,8 @@
 #
 # TREE is a directory holding a pcops tree (e.g. from `git archive REV | tar -x -C DIR`) or a
 # git revision of the repository this script runs in. The first tree is the reference. Stages,
-# each writing its text to OUT (default ./ab_out) as it goes (builds go to WORK, default OUT):
+# each writing its results to OUT (default ./ab_out) as it goes (builds and their logs go to
+# WORK, default OUT):
 #   1. lab builds: every tree's kernels/knn.cu and kernels/ball_query.cu, with that tree's own
 #      kernels/Makefile flags, linked into WORK/lib/libpcops_<LABEL>.so (shared CUDA runtime,
 #      -Bsymbolic); a copy of the reference library is added as "<LABEL>copy", the noise floor.
@@ -49,7 +50,7 @@ while [ $# -gt 0 ]; do
 done
 [ ${#SPECS[@]} -ge 1 ] || { echo "ab_trees.sh: give LABEL=TREE at least once" >&2; exit 2; }
 WORK=${WORK:-$OUT}
-mkdir -p "$OUT" "$WORK/lib" "$WORK/trees"
+mkdir -p "$OUT" "$WORK/lib" "$WORK/trees" "$WORK/logs"
 START=$SECONDS
 PY=${PYTHON:-python3}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -96,15 +97,15 @@ for i in "${!LABELS[@]}"; do
         make -C "$k" NVCC="$NVCC" BUILD_DIR=build/ab build/ab/knn.cu.o build/ab/ball_query.cu.o &&
             "$NVCC" -shared -cudart shared -Xlinker -Bsymbolic -o "$WORK/lib/libpcops_${LABELS[$i]}.so" \
                 "$k/build/ab/knn.cu.o" "$k/build/ab/ball_query.cu.o"
-    ) > "$OUT/build_${LABELS[$i]}.log" 2>&1 &
+    ) > "$WORK/logs/build_${LABELS[$i]}.log" 2>&1 &
 done
-make -C "$HERE/lab" NVCC="$NVCC" ab > "$OUT/build_ab_search.log" 2>&1 &
+make -C "$HERE/lab" NVCC="$NVCC" ab > "$WORK/logs/build_ab_search.log" 2>&1 &
 wait
 AB="$HERE/lab/build/cuda/ab_search"
 for label in "${LABELS[@]}"; do
-    [ -f "$WORK/lib/libpcops_$label.so" ] || { echo "build of $label failed:"; tail -n 20 "$OUT/build_$label.log"; exit 1; }
+    [ -f "$WORK/lib/libpcops_$label.so" ] || { echo "build of $label failed:"; tail -n 20 "$WORK/logs/build_$label.log"; exit 1; }
 done
-[ -x "$AB" ] || { echo "ab_search build failed:"; tail -n 20 "$OUT/build_ab_search.log"; exit 1; }
+[ -x "$AB" ] || { echo "ab_search build failed:"; tail -n 20 "$WORK/logs/build_ab_search.log"; exit 1; }
 cp "$WORK/lib/libpcops_$REF.so" "$WORK/lib/libpcops_${REF}copy.so"
 BUILDS=()
 for label in "${LABELS[@]}"; do BUILDS+=("$label=$WORK/lib/libpcops_$label.so"); done
@@ -147,12 +148,12 @@ if [ "$TORCH_PROCS" -gt 0 ] && [ ${#TIDX[@]} -gt 0 ] && time_left 240; then
             (cd "${TREES[$i]}" && tar -c --exclude=./build --exclude='*.so' --exclude=./kernels/build \
                 --exclude=./lab/build .) | tar -x -C "$dst"
             cd "$dst" && PCOPS_CUDA=1 $PY setup.py build_ext --inplace
-        ) > "$OUT/torch_build_${LABELS[$i]}.log" 2>&1 &
+        ) > "$WORK/logs/torch_build_${LABELS[$i]}.log" 2>&1 &
     done
     wait
     for i in "${TIDX[@]}"; do
         ls "$WORK/torch/${LABELS[$i]}"/pcops/_C*.so > /dev/null 2>&1 ||
-            { echo "torch build of ${LABELS[$i]} failed:"; tail -n 20 "$OUT/torch_build_${LABELS[$i]}.log"; }
+            { echo "torch build of ${LABELS[$i]} failed:"; tail -n 20 "$WORK/logs/torch_build_${LABELS[$i]}.log"; }
     done
     stamp "torch: $TORCH_PROCS processes per tree"
     : > "$OUT/torch.txt"
