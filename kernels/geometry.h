@@ -201,7 +201,9 @@ PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffff
  *    written with d[c * stride] etc. re-read in every compare (the arrays may alias, so the
  *    compiler keeps the loads), knn.cu's float64 grid heap kernel spilled inside its walk
  *    (100 bytes of spill loads; now 16, outside the loops, as before the move here) and its
- *    float64 heap kernels had 40-64 more instructions (ptxas -v, cuobjdump -sass, CUDA 13).
+ *    float64 heap kernels had 40-64 more instructions than now (ptxas -v, cuobjdump -sass,
+ *    CUDA 13). On the H100 (lab/ab_search), K8 in float64 ran 3.6% slower than before the
+ *    move with the re-reads, and runs 28% faster than before it with one read.
  * ---------------------------------------------------------------------------------------- */
 
 /* Defines pcops_heap_push_SUF, pcops_heap_replace_top_SUF, pcops_heap_keep_SUF,
