@@ -197,7 +197,13 @@ PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffff
  *    heap is full, when the root is the threshold.) The packed (u64) versions compare keys as
  *    integers; pcops_key_unpack_f32 turns a sorted packed heap into (dist2, idx) rows. All are
  *    O(log cap) per entry, loop over the heap in place, and use no memory beyond the arrays
- *    given.
+ *    given. A sift step reads each entry it compares once, into locals, and compares those:
+ *    written with d[c * stride] etc. re-read in every compare (the arrays may alias, so the
+ *    compiler keeps the loads), knn.cu's float64 grid heap kernel spilled inside its walk
+ *    (100 bytes of spill loads; now 16, outside the loops, as before the move here) and its
+ *    float64 heap kernels had 40-64 more instructions than now (ptxas -v, cuobjdump -sass,
+ *    CUDA 13). On the H100 (lab/ab_search), K8 in float64 ran 3.6% slower than before the
+ *    move with the re-reads, and runs 28% faster than before it with one read.
  * ---------------------------------------------------------------------------------------- */
 
 /* Defines pcops_heap_push_SUF, pcops_heap_replace_top_SUF, pcops_heap_keep_SUF,
@@ -209,10 +215,11 @@ PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffff
         int64_t j = count;                                                                     \
         while (j > 0) {                                                                        \
             const int64_t p = (j - 1) / 2;                                                     \
-            if (!(dn > d[p * stride] || (dn == d[p * stride] && n > (int64_t)i[p * stride])))  \
-                break;                                                                         \
-            d[j * stride] = d[p * stride];                                                     \
-            i[j * stride] = i[p * stride];                                                     \
+            const T dp = d[p * stride];                                                        \
+            const I ip = i[p * stride];                                                        \
+            if (!(dn > dp || (dn == dp && n > (int64_t)ip))) break;                            \
+            d[j * stride] = dp;                                                                \
+            i[j * stride] = ip;                                                                \
             j = p;                                                                             \
         }                                                                                      \
         d[j * stride] = dn;                                                                    \
@@ -225,14 +232,20 @@ PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffff
         for (;;) {                                                                             \
             int64_t c = 2 * j + 1;                                                             \
             if (c >= count) break;                                                             \
-            if (c + 1 < count &&                                                               \
-                (d[(c + 1) * stride] > d[c * stride] ||                                        \
-                 (d[(c + 1) * stride] == d[c * stride] && i[(c + 1) * stride] > i[c * stride])))\
-                ++c;                                                                           \
-            if (!(d[c * stride] > dn || (d[c * stride] == dn && (int64_t)i[c * stride] > n)))  \
-                break;                                                                         \
-            d[j * stride] = d[c * stride];                                                     \
-            i[j * stride] = i[c * stride];                                                     \
+            T dc = d[c * stride];                                                              \
+            I ic = i[c * stride];                                                              \
+            if (c + 1 < count) {                                                               \
+                const T dr = d[(c + 1) * stride];                                              \
+                const I ir = i[(c + 1) * stride];                                              \
+                if (dr > dc || (dr == dc && ir > ic)) {                                        \
+                    ++c;                                                                       \
+                    dc = dr;                                                                   \
+                    ic = ir;                                                                   \
+                }                                                                              \
+            }                                                                                  \
+            if (!(dc > dn || (dc == dn && (int64_t)ic > n))) break;                            \
+            d[j * stride] = dc;                                                                \
+            i[j * stride] = ic;                                                                \
             j = c;                                                                             \
         }                                                                                      \
         d[j * stride] = dn;                                                                    \
@@ -303,9 +316,17 @@ PCOPS_HD void pcops_heap_sift_down_u64(uint64_t* h, int64_t stride, int64_t coun
         uint64_t kc = h[c * stride];
         if (c + 1 < count) {
             const uint64_t kr = h[(c + 1) * stride];
-            const int right = kr > kc; /* branch-free child choice: a conditional move */
+            /* branch-free child choice. The device selects c (SEL): c += right put an add and a
+             * carry on the path to the next level's load (knn_heap_kernel<float, true>, K8: 0.4%
+             * slower, lab/ab_search on the H100). The host adds: GCC 12 -O3 turns the select
+             * form into a branch on the compare (unpredictable), the add into setb + cmov. */
+            const int right = kr > kc;
             kc = right ? kr : kc;
+#if defined(__CUDA_ARCH__)
+            c = right ? c + 1 : c;
+#else
             c += right;
+#endif
         }
         if (kc <= key) break;
         h[j * stride] = kc;
