@@ -10,8 +10,9 @@
  * (earlier) of its group when pcops_dist2_xy (geometry.h: dx*dx + dy*dy, every operation
  * rounded on its own) < (T)radius2. CPU and CUDA therefore keep exactly the same boxes.
  *
- * Three paths; the launch plan (nms_plan, from N alone) takes 1 up to kBlockMaxBoxes boxes and 3
- * above; tests and benchmarks force any of them through `variant` (pcops.h):
+ * Four paths; the launch plan (nms_plan, from N alone) takes 4 up to kBlockMaxBoxes boxes and 3
+ * above; tests and benchmarks force any of them through `variant` (pcops.h). Path 4, the block
+ * path v2, is described in its section below (what it changes in path 1 and why).
  *
  * 1. Block path, N <= kBlockMaxBoxes: ONE launch of ONE thread block (nms_block_kernel),
  *    everything in shared memory, no workspace:
@@ -443,27 +444,27 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
 //
 // What changed from nms_block_kernel, and why (its time went to two bitonic sorts through
 // shared memory, a barrier per compare stage, and two block barriers per row block):
-//   a. the score sort keeps 4 keys per thread in registers: compare stages within a thread,
-//      then across the lanes of a warp by shuffles, and only stages across warps through shared
-//      memory (double-buffered: one barrier each). float32 scores sort one 64-bit word,
-//      key << 32 | box index (all distinct: no tie rule in the network);
-//   b. the grid (cells at least the radius wide, at most max(N, 256) cells, 4096 at most) is
-//      filled by a counting sort (histogram, scan, scatter: three barriers), not a sort;
-//   c. per position p, from the 3x3 cells around it: diag[p] as before, far[p], and the number
-//      of its earlier-block neighbours ("preds": positions q < p's row block within the radius,
-//      same group); a block scan of those counts; when they all fit in what is left of shared
-//      memory, a second pass writes every pred list (CSR, 16-bit positions);
-//   d. list mode: warp 0 alone runs the greedy scan, row block by row block: a lane's position
-//      is removed when one of its preds is kept (kept bits of the earlier row blocks are final),
-//      then lane 0 resolves the row block from the diag words as before. No block barrier, a
-//      __syncwarp per row block. Push mode (the preds do not fit: dense scenes): the scan of
-//      nms_block_kernel, kept rows with a far neighbour setting removed bits, two barriers per
-//      row block; its work is bounded by the kept boxes' neighbourhoods.
+//   a. the score sort keeps up to 4 keys per thread in registers (a thread per key up to 1024
+//      keys): compare stages within a thread, across the lanes of a warp by shuffles, and only
+//      stages across warps through shared memory (double-buffered: one barrier each). float32
+//      scores sort one 64-bit word, key << 32 | box index (all distinct: no tie rule needed);
+//   b. the grid (cells at least the radius wide, at most 2N cells, 256 to 8192) is filled by a
+//      counting sort (histogram, scan, scatter: three barriers), not a sort;
+//   c. one pass over the 3x3 cells around every position p: diag[p] as before, far[p], and p's
+//      earlier-block neighbours ("preds": positions q before p's row block, within the radius,
+//      same group) appended as (q, p % 64) to its row block's list, each row block owning an
+//      equal share of what is left of shared memory;
+//   d. list mode: warp 0 alone runs the greedy scan, row block by row block: its lanes OR the
+//      rows whose pred was kept (kept bits of the earlier row blocks are final) out of the
+//      block's list, then lane 0 resolves the row block from the diag words as before. No
+//      block barrier, a __syncwarp per row block. Push mode (a list outgrew its share: dense
+//      scenes): the scan of nms_block_kernel, kept rows with a far neighbour setting removed
+//      bits, two barriers per row block; its work is bounded by the kept boxes' neighbourhoods.
+//   e. keep_idx is written after the scan by all threads (a prefix of the kept counts of the
+//      row blocks), not inside the sequential loop.
 
-constexpr int kV2ItemsPerThread = 4;  // sort keys per thread (the sort size is 4 * blockDim.x);
-                                      // v2_block_sort spells out its in-thread stages for 4
-constexpr int kV2MinThreads = 128;
-constexpr int kV2MaxCells = 4096;
+constexpr int kV2Threads = 1024;  // block size: the per-box phases want every warp
+constexpr int kV2MaxCells = 8192;
 constexpr uint16_t kV2NoCell = 0xffff;  // the cell of a non-finite centre
 constexpr int kV2PushSplit = 4;         // push mode: threads per (kept row, cell row) run
 
@@ -500,20 +501,31 @@ struct V2Item<double> {  // float64 score key (64 bits) and box index, compared 
     }
 };
 
-// Bitonic sort of P = 4 * blockDim.x items, ascending; thread t holds items 4t .. 4t+3 in v (in
-// and out). buf: 2 * P items of shared memory. Called by every thread, in uniform control flow.
-// At every stage the pair (i, i ^ j) ends with the smaller item at the lower index when
-// (i & k) == 0 (ascending run), else the larger; the two threads of a pair decide alike because
-// no two items are equal (pads are equal, but then either choice is the same value).
-template <typename Item>
-__device__ void v2_block_sort(Item (&v)[kV2ItemsPerThread], Item* buf) {
+// Sorts the score keys of boxes [0, N) into visiting order and writes order[p] (p < N): a
+// bitonic sort of P items (a power of two, 32 * E <= P <= E * blockDim.x, N <= P; pads sort
+// last), E per thread in registers, held by threads [0, P / E) (whole warps; the others only
+// meet the barriers): thread t holds items E*t .. E*t + E-1. Stages within a thread in
+// registers, across the lanes of a warp by shuffles, across warps through shared memory
+// (buf: 2 * P items, one buffer per stage in turn: one barrier per such stage). At every stage
+// the pair (i, i ^ j) ends with the smaller item at the lower index when (i & k) == 0 (an
+// ascending run), else the larger; both threads of a pair decide alike because no two items
+// are equal (pads are, but then either choice is the same value). Called by every thread.
+template <int E, typename S>
+__device__ void v2_sort_scores(const S* __restrict__ scores, int N, int P, V2Item<S>* buf,
+                               uint16_t* order) {
+    using Item = V2Item<S>;
     const int tid = threadIdx.x;
-    const int P = kV2ItemsPerThread * blockDim.x;
+    const bool active = tid * E < P;  // uniform over each warp: P / E is a multiple of 32
+    Item v[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = tid * E + e;
+        v[e] = i < N ? Item::make(scores[i], i) : Item::pad();
+    }
     int parity = 0;
     for (int k = 2; k <= P; k <<= 1) {
         for (int j = k >> 1; j > 0; j >>= 1) {
-            if (j < kV2ItemsPerThread) {  // both items in this thread (register indices
-                                           // must be compile-time constants: j spelled out)
+            if (j < E) {  // both items in this thread; register indices spelled out
                 auto exchange = [&](Item& lo, Item& hi, int i) {
                     const bool swap = ((i & k) == 0) ? hi.before(lo) : lo.before(hi);
                     if (swap) {
@@ -522,41 +534,49 @@ __device__ void v2_block_sort(Item (&v)[kV2ItemsPerThread], Item* buf) {
                         hi = t;
                     }
                 };
-                const int i0 = tid * kV2ItemsPerThread;
-                if (j == 2) {
-                    exchange(v[0], v[2], i0);
-                    exchange(v[1], v[3], i0 + 1);
-                } else {
-                    exchange(v[0], v[1], i0);
-                    exchange(v[2], v[3], i0 + 2);
+                if constexpr (E == 2) {
+                    exchange(v[0], v[1], tid * E);
+                } else if constexpr (E == 4) {
+                    if (j == 2) {
+                        exchange(v[0], v[2], tid * E);
+                        exchange(v[1], v[3], tid * E + 1);
+                    } else {
+                        exchange(v[0], v[1], tid * E);
+                        exchange(v[2], v[3], tid * E + 2);
+                    }
                 }
-            } else {
-                Item other[kV2ItemsPerThread];
-                if (j < 32 * kV2ItemsPerThread) {  // the partner is lane ^ (j / 4) of this warp
+                continue;
+            }
+            Item other[E];
+            if (j < 32 * E) {  // the partner is lane ^ (j / E) of this warp
+                if (!active) continue;
 #pragma unroll
-                    for (int e = 0; e < kV2ItemsPerThread; ++e)
-                        other[e] = v[e].shfl_xor(j / kV2ItemsPerThread);
-                } else {  // another warp: through shared memory, one buffer per stage in turn
-                    Item* b = buf + parity * P;
-                    parity ^= 1;
+                for (int e = 0; e < E; ++e) other[e] = v[e].shfl_xor(j / E);
+            } else {  // another warp: through shared memory
+                Item* b = buf + parity * P;
+                parity ^= 1;
+                if (active) {
 #pragma unroll
-                    for (int e = 0; e < kV2ItemsPerThread; ++e)
-                        b[tid * kV2ItemsPerThread + e] = v[e];
-                    __syncthreads();  // the next write to this buffer is two stages (and a
-                                      // barrier) away
-#pragma unroll
-                    for (int e = 0; e < kV2ItemsPerThread; ++e)
-                        other[e] = b[(tid * kV2ItemsPerThread + e) ^ j];
+                    for (int e = 0; e < E; ++e) b[tid * E + e] = v[e];
                 }
+                __syncthreads();  // the next write to this buffer is a barrier away
+                if (!active) continue;
 #pragma unroll
-                for (int e = 0; e < kV2ItemsPerThread; ++e) {
-                    const int i = tid * kV2ItemsPerThread + e;
-                    const bool want_min = ((i & j) == 0) == ((i & k) == 0);
-                    const bool take = want_min ? other[e].before(v[e]) : v[e].before(other[e]);
-                    if (take) v[e] = other[e];
-                }
+                for (int e = 0; e < E; ++e) other[e] = b[(tid * E + e) ^ j];
+            }
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const int i = tid * E + e;
+                const bool want_min = ((i & j) == 0) == ((i & k) == 0);
+                const bool take = want_min ? other[e].before(v[e]) : v[e].before(other[e]);
+                if (take) v[e] = other[e];
             }
         }
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int p = tid * E + e;
+        if (p < N) order[p] = (uint16_t)v[e].index();  // the keys of [0, N) sort first
     }
 }
 
@@ -597,6 +617,20 @@ __device__ uint32_t v2_block_scan(uint32_t* a, int n, uint32_t* s_warp) {
     return total;
 }
 
+// A centre as one 8-byte (float) or 16-byte (double) load from the interleaved xy array.
+template <typename T>
+struct V2Pair {
+    T x, y;
+};
+__device__ __forceinline__ V2Pair<float> v2_xy(const float* xy, int p) {
+    const float2 v = reinterpret_cast<const float2*>(xy)[p];
+    return {v.x, v.y};
+}
+__device__ __forceinline__ V2Pair<double> v2_xy(const double* xy, int p) {
+    const double2 v = reinterpret_cast<const double2*>(xy)[p];
+    return {v.x, v.y};
+}
+
 // Shared memory of the v2 kernel: order, then a region that first holds the sort's two buffers
 // and then everything else, the pred pool last (to the end of the allocation). One carving for
 // the host (sizes) and the device (pointers).
@@ -605,15 +639,14 @@ struct V2Smem {
     uint16_t* order;     // [N] box index by position
     void* sort_buf;      // [2 P] sort items (the region below, before the sort is done)
     size_t sort_end;     // byte offset where the sort buffers end
-    T* x;                // [N] centres by position
-    T* y;                // [N]
+    T* xy;               // [2 N] centres by position, x and y side by side (one load)
     int64_t* g;          // [N] groups by position (when groups are given)
     uint16_t* cell;      // [N] cell of a position (kV2NoCell: not finite)
     uint32_t* cell_end;  // [max_cells] after the counting sort: end of each cell's run
     uint16_t* by_cell;   // [N] positions in cell order
     uint64_t* diag;      // [N]
-    uint32_t* pred_off;  // [N + 1] pred lists: [pred_off[p], pred_off[p + 1]) of pool
-    uint16_t* pool;      // [pool_cap]
+    uint32_t* pool;      // [pool_cap] pred entries, q << 6 | t; row block rb owns
+                         // [rb * block_cap, (rb + 1) * block_cap), block_cap = pool_cap / C
     size_t fixed_end;    // byte offset of the pool
     int pool_cap;
 };
@@ -633,17 +666,15 @@ __host__ __device__ V2Smem<T> v2_smem(void* base, size_t bytes, int N, int P, in
     const size_t region = off;
     s.sort_buf = p + region;
     s.sort_end = region + 2 * (size_t)P * sizeof(V2Item<S>);
-    s.x = (T*)take((size_t)N * sizeof(T));
-    s.y = (T*)take((size_t)N * sizeof(T));
+    s.xy = (T*)take((size_t)2 * N * sizeof(T));
     s.g = with_groups ? (int64_t*)take((size_t)N * sizeof(int64_t)) : nullptr;
     s.cell = (uint16_t*)take((size_t)N * sizeof(uint16_t));
     s.cell_end = (uint32_t*)take((size_t)max_cells * sizeof(uint32_t));
     s.by_cell = (uint16_t*)take((size_t)N * sizeof(uint16_t));
     s.diag = (uint64_t*)take((size_t)N * sizeof(uint64_t));
-    s.pred_off = (uint32_t*)take((size_t)(N + 1) * sizeof(uint32_t));
     s.fixed_end = off;
-    s.pool = (uint16_t*)(p + off);
-    s.pool_cap = bytes > off ? (int)((bytes - off) / sizeof(uint16_t)) : 0;
+    s.pool = (uint32_t*)(p + off);
+    s.pool_cap = bytes > off ? (int)((bytes - off) / sizeof(uint32_t)) : 0;
     return s;
 }
 
@@ -671,13 +702,15 @@ __device__ __forceinline__ void v2_for_each_near(const V2Smem<T>& sm, const Bloc
 #define NMS_PHASE(i) ((void)0)
 #endif
 
-// One block of blockDim.x threads (a multiple of 32, 128 to 1024), dynamic shared memory
-// `bytes` carved by v2_smem; N in [1, 4 * blockDim.x], N <= kBlockMaxBoxes.
+// One block of blockDim.x threads (a multiple of 32, at most 1024), dynamic shared memory
+// `bytes` carved by v2_smem; N in [1, kBlockMaxBoxes]; the sort: P items, E = items_per_thread
+// (1, 2 or 4) per thread, P / E <= blockDim.x (v2_sort_scores).
 template <typename T, typename S>
 __global__ void __launch_bounds__(kBlockMaxThreads, 1)
 nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__ scores,
-                    const int64_t* __restrict__ groups, int N, int max_cells, size_t bytes,
-                    T r2, double cell_min, bool* __restrict__ keep_mask,
+                    const int64_t* __restrict__ groups, int N, int P, int items_per_thread,
+                    int max_cells, size_t bytes, T r2, double cell_min,
+                    bool* __restrict__ keep_mask,
                     int64_t* __restrict__ keep_idx, int64_t* __restrict__ num_kept) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t s_kept[kBlockMaxBoxes / kBoxesPerWord];      // kept bits by row block
@@ -687,9 +720,10 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
     __shared__ BlockGrid s_grid;
     __shared__ uint32_t s_warp[33];
     __shared__ int s_before[kBlockMaxBoxes / kBoxesPerWord];  // kept boxes before a row block
+    __shared__ uint32_t s_fill[kBlockMaxBoxes / kBoxesPerWord];  // pred entries by row block
+    __shared__ uint32_t s_overflow;  // a row block has more pred entries than its share
     __shared__ int64_t s_count;
     const int tid = threadIdx.x, nthreads = blockDim.x;
-    const int P = kV2ItemsPerThread * nthreads;
     const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
     const V2Smem<T> sm = v2_smem<T, S>(smem, bytes, N, P, max_cells, groups != nullptr);
 #ifdef PCOPS_NMS_PHASES
@@ -697,33 +731,38 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
 #endif
     NMS_PHASE(0);
 
-    // a. the visiting order: thread t ends with positions 4t .. 4t+3
-    using Item = V2Item<S>;
-    Item v[kV2ItemsPerThread];
-#pragma unroll
-    for (int e = 0; e < kV2ItemsPerThread; ++e) {
-        const int i = tid * kV2ItemsPerThread + e;
-        v[e] = i < N ? Item::make(scores[i], i) : Item::pad();
-    }
+    // a. the visiting order
     for (int w = tid; w < kBlockMaxBoxes / 32; w += nthreads) {
         s_removed[w] = 0;
         s_far[w] = 0;
     }
-    v2_block_sort(v, (Item*)sm.sort_buf);
-    __syncthreads();  // the sort buffers are read for the last time (they overlap what follows)
+    if (tid < kBlockMaxBoxes / kBoxesPerWord) s_fill[tid] = 0;
+    if (tid == 0) s_overflow = 0;
+    // scores already in visiting order (as after a top-k, and the peers' precondition): every
+    // key pair in order; then the order is the identity and the sort is skipped
+    bool in_order = true;
+    for (int i = tid; i + 1 < N; i += nthreads)
+        in_order = in_order && score_key(scores[i]) <= score_key(scores[i + 1]);
+    V2Item<S>* sort_buf = (V2Item<S>*)sm.sort_buf;
+    if (__syncthreads_and(in_order)) {
+        for (int p = tid; p < N; p += nthreads) sm.order[p] = (uint16_t)p;
+    } else if (items_per_thread == 1)
+        v2_sort_scores<1>(scores, N, P, sort_buf, sm.order);
+    else if (items_per_thread == 2)
+        v2_sort_scores<2>(scores, N, P, sort_buf, sm.order);
+    else
+        v2_sort_scores<4>(scores, N, P, sort_buf, sm.order);
+    __syncthreads();  // order written; the sort buffers read for the last time (they overlap
+                      // what follows)
     NMS_PHASE(1);
 
     // b. gather into visiting order; the bounding box of the finite centres; the grid
     Box2 box = Box2::empty();
-#pragma unroll
-    for (int e = 0; e < kV2ItemsPerThread; ++e) {
-        const int p = tid * kV2ItemsPerThread + e;
-        if (p >= N) break;
-        const int o = v[e].index();  // the keys of [0, N) sort before the pads
+    for (int p = tid; p < N; p += nthreads) {
+        const int o = sm.order[p];
         const T x = centers[(int64_t)o * D + 0], y = centers[(int64_t)o * D + 1];
-        sm.order[p] = (uint16_t)o;
-        sm.x[p] = x;
-        sm.y[p] = y;
+        sm.xy[2 * p] = x;
+        sm.xy[2 * p + 1] = y;
         if (sm.g) sm.g[p] = groups[o];
         box.add(x, y);
     }
@@ -747,7 +786,7 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
 
     // c. counting sort of the positions by cell
     for (int p = tid; p < N; p += nthreads) {
-        const T x = sm.x[p], y = sm.y[p];
+        const T x = sm.xy[2 * p], y = sm.xy[2 * p + 1];
         uint16_t c = kV2NoCell;
         if (finite_xy(x, y)) {
             c = (uint16_t)(grid_coord((double)y, gr.y0, gr.inv, gr.gy) * gr.gx +
@@ -765,21 +804,32 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
     __syncthreads();  // cell_end[c]: the end of cell c's run (and the start of c + 1's)
     NMS_PHASE(3);
 
-    // d. diag, far and the pred counts of every position
+    // d. in one pass over the 3x3 cells of every position p: diag[p], far[p], and p's preds
+    //    appended to the list of p's row block (entries q << 6 | (p % 64), in no fixed order: the
+    //    scan only ORs them); a row block whose list outgrows its share of the pool sets
+    //    s_overflow, and the scan then pushes instead
+    const int block_cap = sm.pool_cap / C;
     for (int p = tid; p < N; p += nthreads) {
-        const T xp = sm.x[p], yp = sm.y[p];
+        const V2Pair<T> cp = v2_xy(sm.xy, p);
+        const T xp = cp.x, yp = cp.y;
         const int64_t gp = sm.g ? sm.g[p] : 0;
-        const int base = p & ~(kBoxesPerWord - 1), block_end = base + kBoxesPerWord;
+        const int rb = p / kBoxesPerWord, base = rb * kBoxesPerWord;
+        const int block_end = base + kBoxesPerWord;
+        uint32_t* list = sm.pool + (size_t)rb * block_cap;
         uint64_t word = 0;
         bool far = false;
-        uint32_t preds = 0;
         v2_for_each_near(sm, gr, p, [&](int q) {
             if (q == p) return;
             if (sm.g && sm.g[q] != gp) return;
-            if (!(dist2_xy(sm.x[q], sm.y[q], xp, yp) < r2)) return;
-            if (q < base)
-                ++preds;
-            else if (q > p) {
+            const V2Pair<T> cq = v2_xy(sm.xy, q);
+            if (!(dist2_xy(cq.x, cq.y, xp, yp) < r2)) return;
+            if (q < base) {
+                const uint32_t slot = atomicAdd(&s_fill[rb], 1u);
+                if (slot < (uint32_t)block_cap)
+                    list[slot] = ((uint32_t)q << 6) | (uint32_t)(p % kBoxesPerWord);
+                else
+                    atomicOr(&s_overflow, 1u);
+            } else if (q > p) {
                 if (q < block_end)
                     word |= uint64_t(1) << (q % kBoxesPerWord);
                 else
@@ -787,28 +837,11 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
             }
         });
         sm.diag[p] = word;
-        sm.pred_off[p] = preds;
         if (far) atomicOr(&s_far[p / 32], 1u << (p % 32));
     }
     __syncthreads();
-    const uint32_t total_preds = v2_block_scan(sm.pred_off, N, s_warp);
-    const bool list_mode = total_preds <= (uint32_t)sm.pool_cap;
+    const bool list_mode = s_overflow == 0;
     NMS_PHASE(4);
-    if (list_mode) {
-        if (tid == 0) sm.pred_off[N] = total_preds;
-        for (int p = tid; p < N; p += nthreads) {
-            const T xp = sm.x[p], yp = sm.y[p];
-            const int64_t gp = sm.g ? sm.g[p] : 0;
-            const int base = p & ~(kBoxesPerWord - 1);
-            uint32_t k = sm.pred_off[p];
-            v2_for_each_near(sm, gr, p, [&](int q) {
-                if (q >= base) return;
-                if (sm.g && sm.g[q] != gp) return;
-                if (dist2_xy(sm.x[q], sm.y[q], xp, yp) < r2) sm.pool[k++] = (uint16_t)q;
-            });
-        }
-        __syncthreads();
-    }
 
     // e. the greedy scan
     NMS_PHASE(5);
@@ -817,30 +850,28 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
             for (int rb = 0; rb < C; ++rb) {
                 const int base = rb * kBoxesPerWord;
                 const int a = base + tid, b = base + 32 + tid;
-                bool gone_a = a >= N, gone_b = b >= N;
-                uint64_t da = 0, db = 0;
-                if (!gone_a) {
-                    da = sm.diag[a];
-                    for (uint32_t s = sm.pred_off[a], e = sm.pred_off[a + 1]; s < e && !gone_a;
-                         ++s) {
-                        const int q = sm.pool[s];
-                        gone_a = (s_kept[q / kBoxesPerWord] >> (q % kBoxesPerWord)) & 1;
+                const uint64_t da = a < N ? sm.diag[a] : 0, db = b < N ? sm.diag[b] : 0;
+                // the block's pred entries, spread over the lanes: (q, t) removes row t when
+                // q (an earlier row block: final) was kept
+                const uint32_t* list = sm.pool + (size_t)rb * block_cap;
+                uint32_t gone_lo = 0, gone_hi = 0;
+                for (uint32_t j = tid, n = s_fill[rb]; j < n; j += 32) {
+                    const uint32_t entry = list[j];
+                    const uint32_t q = entry >> 6, t = entry & 63;
+                    if ((s_kept[q / kBoxesPerWord] >> (q % kBoxesPerWord)) & 1) {
+                        if (t < 32)
+                            gone_lo |= 1u << t;
+                        else
+                            gone_hi |= 1u << (t - 32);
                     }
                 }
-                if (!gone_b) {
-                    db = sm.diag[b];
-                    for (uint32_t s = sm.pred_off[b], e = sm.pred_off[b + 1]; s < e && !gone_b;
-                         ++s) {
-                        const int q = sm.pool[s];
-                        gone_b = (s_kept[q / kBoxesPerWord] >> (q % kBoxesPerWord)) & 1;
-                    }
-                }
-                const uint64_t gone = (uint64_t)__ballot_sync(0xffffffffu, gone_a) |
-                                      ((uint64_t)__ballot_sync(0xffffffffu, gone_b) << 32);
+                gone_lo = __reduce_or_sync(0xffffffffu, gone_lo);
+                gone_hi = __reduce_or_sync(0xffffffffu, gone_hi);
                 const uint64_t nonzero = (uint64_t)__ballot_sync(0xffffffffu, da != 0) |
                                          ((uint64_t)__ballot_sync(0xffffffffu, db != 0) << 32);
                 if (tid == 0) {
-                    uint64_t rem = gone;
+                    uint64_t rem = (uint64_t)gone_lo | ((uint64_t)gone_hi << 32);
+                    if (N - base < kBoxesPerWord) rem |= ~uint64_t(0) << (N - base);  // past N
                     for (uint64_t todo = nonzero; todo; todo &= todo - 1) {
                         const int t = __ffsll((long long)todo) - 1;
                         if (!((rem >> t) & 1)) rem |= sm.diag[base + t];
@@ -886,14 +917,16 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                     const int x_lo = cx > 0 ? cx - 1 : 0, x_hi = cx + 1 < gr.gx ? cx + 1 : cx;
                     const int c0 = yy * gr.gx + x_lo, c1 = yy * gr.gx + x_hi;
                     const int e = (int)sm.cell_end[c1];
-                    const T xp = sm.x[p], yp = sm.y[p];
+                    const V2Pair<T> cp = v2_xy(sm.xy, p);
+                    const T xp = cp.x, yp = cp.y;
                     const int64_t gp = sm.g ? sm.g[p] : 0;
                     for (int s = (c0 > 0 ? (int)sm.cell_end[c0 - 1] : 0) + j; s < e;
                          s += kV2PushSplit) {
                         const int q = sm.by_cell[s];
                         if (q < block_end) continue;
                         if (sm.g && sm.g[q] != gp) continue;
-                        if (dist2_xy(sm.x[q], sm.y[q], xp, yp) < r2)
+                        const V2Pair<T> cq = v2_xy(sm.xy, q);
+                        if (dist2_xy(cq.x, cq.y, xp, yp) < r2)
                             atomicOr(&s_removed[q / 32], 1u << (q % 32));
                     }
                 }
@@ -939,9 +972,9 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
     NMS_PHASE(7);
 #ifdef PCOPS_NMS_PHASES
     if (tid == 0)
-        printf("v2 N=%d threads=%d preds=%u cap=%d list=%d kept=%lld cycles: sort %lld grid %lld "
-               "cells %lld counts %lld fill %lld scan %lld out %lld total %lld\n",
-               N, nthreads, total_preds, sm.pool_cap, (int)list_mode, (long long)total,
+        printf("v2 N=%d threads=%d sort %d x %d cap=%d list=%d kept=%lld cycles: sort %lld grid "
+               "%lld cells %lld lists %lld - %lld scan %lld out %lld total %lld\n",
+               N, nthreads, P, items_per_thread, sm.pool_cap / C, (int)list_mode, (long long)total,
                phase_clock[1] - phase_clock[0], phase_clock[2] - phase_clock[1],
                phase_clock[3] - phase_clock[2], phase_clock[4] - phase_clock[3],
                phase_clock[5] - phase_clock[4], phase_clock[6] - phase_clock[5],
@@ -1466,12 +1499,13 @@ struct NmsPlan {
                   // launch (N == 0)
     int P;        // block paths: sort size
     int threads;  // block paths: block size
+    int items;    // block path v2: sort items per thread
 };
 
 // variant: 0 by size, 1 block, 2 bitmask, 3 grid, 4 block v2. ok = false when the variant
 // cannot take N.
 NmsPlan nms_plan(int64_t N, int variant, bool& ok) {
-    NmsPlan plan{0, 0, 0};
+    NmsPlan plan{0, 0, 0, 0};
     ok = N >= 0 && (N + kBoxesPerWord - 1) / kBoxesPerWord <= kMaxBlocks && variant >= 0 &&
          variant <= 4;
     if (!ok || N == 0) return plan;
@@ -1481,9 +1515,12 @@ NmsPlan nms_plan(int64_t N, int variant, bool& ok) {
             ok = false;
             return plan;
         }
-        const int t = next_pow2((int)N) / kV2ItemsPerThread;
-        plan.threads = t < kV2MinThreads ? kV2MinThreads : (t > kBlockMaxThreads ? kBlockMaxThreads : t);
-        plan.P = kV2ItemsPerThread * plan.threads;
+        // a thread per box up to 1024 (at least 128); the sort: 32 items at least, up to 4 per
+        // thread
+        const int n2 = next_pow2((int)N);
+        plan.threads = n2 < 128 ? 128 : (n2 > kV2Threads ? kV2Threads : n2);
+        plan.P = n2 < 32 ? 32 : n2;
+        plan.items = plan.P > plan.threads ? plan.P / plan.threads : 1;
     }
     if (plan.variant == 1) {
         if (N > kBlockMaxBoxes) {
@@ -1619,13 +1656,13 @@ cudaError_t launch_block_v2(const NmsPlan& plan, const T* centers, int64_t D, co
     const T r2 = (T)radius2;  // rounded as the CPU rounds it
     const double cell_min = sqrt((double)r2) * (1.0 + 1.0 / 1024.0);
     const int n = (int)N;
-    const int max_cells = n < 256 ? 256 : (n > kV2MaxCells ? kV2MaxCells : n);
+    const int max_cells = 2 * n < 256 ? 256 : (2 * n > kV2MaxCells ? kV2MaxCells : 2 * n);
     const V2Smem<T> s = v2_smem<T, S>(nullptr, (size_t)bytes, n, plan.P, max_cells,
                                       groups != nullptr);
     if (s.sort_end > (size_t)bytes || s.fixed_end > (size_t)bytes) return cudaErrorInvalidValue;
     nms_block_v2_kernel<T, S><<<1, plan.threads, (size_t)bytes, stream>>>(
-        centers, D, scores, groups, n, max_cells, (size_t)bytes, r2, cell_min, keep_mask,
-        keep_idx, num_kept);
+        centers, D, scores, groups, n, plan.P, plan.items, max_cells, (size_t)bytes, r2, cell_min,
+        keep_mask, keep_idx, num_kept);
     return cudaGetLastError();
 }
 

@@ -380,8 +380,8 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
  * O(N) bytes: two cub radix sorts, a spatial grid, then a scan by one thread block that tests
  * only the kept boxes' neighbourhoods); 4: the single-block kernel v2 (one launch, no workspace:
  * the score sort in registers, a counting sort into the grid, and the greedy scan by one warp
- * over each box's list of earlier neighbours; the scan of 1 where the lists do not fit in
- * shared memory). N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX for 1 and 4, N <=
+ * over lists of each 64-box block's earlier neighbours; the scan of 1 where the lists do not
+ * fit in shared memory). N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX for 1 and 4, N <=
  * PCOPS_CIRCLE_NMS_CUDA_MAX for 2 and 3. The
  * results are identical. cudaErrorInvalidValue for a variant that cannot take N. On CUDA
  * num_kept may be NULL too (circle_nms_mask needs only the mask). */

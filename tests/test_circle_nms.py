@@ -809,6 +809,16 @@ def block_cases(gen, N):
     c = c.clone()
     c[: N // 2] = c[: N // 2] * 1e-3  # half of the boxes in one dense spot
     cases.append(("dense spot", c, s, None))
+    # scores already in visiting order (variant 4 skips its sort), NaN first and ties; and the
+    # same with one neighbouring pair out of order (the sort runs)
+    c, s, g = detections(N, gen, n_groups=2)
+    s = torch.sort(torch.round(s * 8) / 8, descending=True).values
+    s[: N // 10] = float("nan")
+    cases.append(("scores in visiting order, NaN first, ties, groups", c, s, g))
+    s = torch.linspace(1.0, 0.0, N)
+    if N > 2:
+        s[[N // 3, N // 3 + 1]] = s[[N // 3 + 1, N // 3]]
+    cases.append(("scores in order but for one pair", c, s, None))
     return cases
 
 
