@@ -8,7 +8,9 @@
 zeroes a 256 MB buffer (L2 flush), synchronises, then takes the host clock around one call
 followed by a synchronisation ("host", the peer benchmark's number) or a CUDA event pair around
 the call ("event"); median of 50. Rows: circle_nms, circle_nms_mask, and each CUDA path forced
-through the internal op (single block: N <= 4096; bitmask; grid), with the issue's targets.
+through the internal op (single block and single block v2: N <= 4096; bitmask; grid), with the
+issue's targets. "kernel ms" is the GPU time of the call's kernels and copies (torch.profiler,
+mean of 20 back-to-back calls, L2 warm): what is left of "host ms" is launch and host overhead.
 
 Inputs look like CenterPoint's pre-NMS detections: N boxes around N/8 objects in a 102.4 m
 square (nuScenes range), 8 boxes per object jittered by 0.3 m, random scores; groups = 10 class
@@ -182,6 +184,20 @@ def peer_time(fn, flush, mode, reps=50, warmup=12):
     return statistics.median(times)
 
 
+def kernel_time(fn, reps=20):
+    """Mean ms of GPU work (kernels, copies, memsets) per call, from torch.profiler."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    us = 0.0
+    for e in prof.key_averages():
+        us += getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+    return us / reps / 1e3
+
+
 def peer_main(args):
     from pcops.circle_nms import _circle_nms_variant
 
@@ -189,7 +205,7 @@ def peer_main(args):
     assert device.startswith("cuda"), "--peer times the CUDA ops"
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else sorted(PEER_TARGETS_MS)
     flush = torch.empty(256 * 2**20 // 4, dtype=torch.float32, device=device)
-    header = ["N", "K kept", "what", "host ms", "event ms", "target ms", "met"]
+    header = ["N", "K kept", "what", "host ms", "event ms", "kernel ms", "target ms", "met"]
     rows = []
     for n in sizes:
         c, s = peer_inputs(n, device)
@@ -197,20 +213,30 @@ def peer_main(args):
         mask = pcops.circle_nms_mask(c, s, 1.0)
         paths = {"circle_nms": lambda: pcops.circle_nms(c, s, 1.0),
                  "circle_nms_mask": lambda: pcops.circle_nms_mask(c, s, 1.0)}
-        for variant, name in ((1, "block path (variant op)"), (2, "bitmask path (variant op)"),
-                              (3, "grid path (variant op)")):
-            if variant == 1 and n > 4096:
+        for variant, name in ((1, "block path (variant op)"), (4, "block path v2 (variant op)"),
+                              (2, "bitmask path (variant op)"), (3, "grid path (variant op)")):
+            if variant in (1, 4) and n > 4096:
                 continue
             out = _circle_nms_variant(c, s, 1.0, None, variant)
             assert torch.equal(out[0], mask) and torch.equal(out[1][:len(keep)], keep), name
             paths[name] = (lambda v: lambda: _circle_nms_variant(c, s, 1.0, None, v))(variant)
         assert torch.equal(torch.nonzero(mask).flatten(), keep.sort().values)
+        # the same boxes in a random order: the peers' inputs come sorted by score (and the
+        # single-block kernel then skips its sort); this row pays for the sort
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(n)).to(device)
+        c_shuffled, s_shuffled = c[perm], s[perm]
+        assert torch.equal(perm[pcops.circle_nms(c_shuffled, s_shuffled, 1.0)], keep)
+        paths["circle_nms, input shuffled"] = lambda: pcops.circle_nms(c_shuffled, s_shuffled, 1.0)
+        paths["circle_nms_mask, input shuffled"] = (
+            lambda: pcops.circle_nms_mask(c_shuffled, s_shuffled, 1.0))
         for name, fn in paths.items():
             host = peer_time(fn, flush, "host")
             event = peer_time(fn, flush, "event")
+            kernel = kernel_time(fn)
             target = PEER_TARGETS_MS.get(n)
-            met = "" if target is None or "path" in name else ("yes" if host <= target else "NO")
-            rows.append([n, len(keep), name, f"{host:.4f}", f"{event:.4f}",
+            met = "" if target is None or "path" in name or "shuffled" in name else (
+                "yes" if host <= target else "NO")
+            rows.append([n, len(keep), name, f"{host:.4f}", f"{event:.4f}", f"{kernel:.4f}",
                          "" if target is None else f"{target:g}", met])
             print(" ".join(str(x) for x in rows[-1]), flush=True, file=sys.stderr)
     for line in environment_header():

@@ -1,11 +1,12 @@
 // circle_nms.cpp -- bindings of circle_nms and circle_nms_mask: checks, allocation, dispatch to
 // kernels/circle_nms.* (which also compute the visiting order from the scores).
 //
-// Per CUDA call: circle_nms allocates keep_idx (N + 1 int64: the count lives in the last
-// slot), launches (one kernel for N <= 4096), and reads the count back with one copy into a
-// pinned buffer (its one host synchronisation: the output size depends on the data);
-// circle_nms_mask allocates keep_mask and launches, nothing else. The grid path (N > 4096)
-// adds one workspace allocation. Half inputs are upcast first (exact: same order, same ties).
+// Per CUDA call: circle_nms allocates keep_idx (N int64), launches (one kernel for N <= 4096)
+// whose count goes straight into a pinned, device-mapped host slot, and synchronises the stream
+// once (its one host synchronisation: the output size depends on the data; no copy is queued
+// after the kernel); circle_nms_mask allocates keep_mask and launches, nothing else. The grid
+// path (N > 4096) adds one workspace allocation. N = 0 launches nothing. Half inputs are upcast
+// first (exact: same order, same ties).
 //
 // Autograd: the outputs are int64 / bool, so nothing is differentiable; a fallthrough for the
 // Autograd key keeps the call in C++ (inputs that require grad are accepted, the outputs come
@@ -126,11 +127,13 @@ void launch_cuda(const char* op, const NmsInputs& c, int64_t variant, bool* keep
                       ": argument 'centers' must hold at most ", PCOPS_CIRCLE_NMS_CUDA_MAX,
                       " boxes on CUDA (the suppression mask takes N**2/8 bytes), got ",
                       describe(c.centers));
-    TORCH_CHECK_VALUE(variant >= 0 && variant <= 3 && (variant != 1 || c.N <=
-                                                       PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX),
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= 4 &&
+                          ((variant != 1 && variant != 4) ||
+                           c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX),
                       "pcops.", op, ": argument 'variant' must be 0 (by size), 1 (single "
-                      "block, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX, "), 2 (bitmask) or 3 "
-                      "(grid), got ", variant, " for N = ", c.N);
+                      "block, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX, "), 2 (bitmask), 3 "
+                      "(grid) or 4 (single block v2, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX,
+                      "), got ", variant, " for N = ", c.N);
     const pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
     const pcops_dtype score_dtype = to_pcops_dtype(c.scores.scalar_type());
     const size_t bytes =
@@ -150,18 +153,29 @@ NmsInputs prepare_cuda(const char* op, const at::Tensor& centers, const at::Tens
     return prepare(op, centers, scores, radius, groups);
 }
 
-// A pinned host slot per thread for the count (a call synchronises before it returns, so one
-// slot per thread is never shared by two calls in flight).
-int64_t* pinned_count_slot() {
+// A pinned host slot per thread for the count, mapped into the device address space (portable:
+// every device's kernels can write it). A call synchronises before it returns, so one slot per
+// thread is never shared by two calls in flight.
+struct CountSlot {
+    int64_t* host = nullptr;
+    int64_t* device = nullptr;
+};
+
+CountSlot pinned_count_slot() {
     struct Slot {
-        int64_t* p = nullptr;
+        CountSlot s;
         ~Slot() {
-            if (p) (void)cudaFreeHost(p);  // at exit the runtime may be gone: ignore errors
+            if (s.host) (void)cudaFreeHost(s.host);  // at exit the runtime may be gone
         }
     };
     thread_local Slot slot;
-    if (!slot.p) C10_CUDA_CHECK(cudaMallocHost((void**)&slot.p, sizeof(int64_t)));
-    return slot.p;
+    if (!slot.s.device) {
+        if (!slot.s.host)
+            C10_CUDA_CHECK(cudaHostAlloc((void**)&slot.s.host, sizeof(int64_t),
+                                         cudaHostAllocMapped | cudaHostAllocPortable));
+        C10_CUDA_CHECK(cudaHostGetDevicePointer((void**)&slot.s.device, slot.s.host, 0));
+    }
+    return slot.s;
 }
 
 at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, double radius,
@@ -170,15 +184,13 @@ at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, 
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    // keep_idx[0, N) and the count in slot N: one allocation
-    at::Tensor out = at::empty({c.N + 1}, c.centers.options().dtype(at::kLong));
-    int64_t* idx = out.data_ptr<int64_t>();
-    launch_cuda(op, c, 0, nullptr, idx, idx + c.N);
+    at::Tensor out = at::empty({c.N}, c.centers.options().dtype(at::kLong));
+    if (c.N == 0) return out;
+    const CountSlot count = pinned_count_slot();
+    launch_cuda(op, c, 0, nullptr, out.data_ptr<int64_t>(), count.device);
     // The one host synchronisation: the output size depends on the data.
-    int64_t* count = pinned_count_slot();
-    c10::cuda::memcpy_and_sync(count, idx + c.N, sizeof(int64_t), cudaMemcpyDeviceToHost,
-                               at::cuda::getCurrentCUDAStream());
-    return out.narrow(0, 0, output_size(*count, max_out));
+    c10::cuda::stream_synchronize(at::cuda::getCurrentCUDAStream());
+    return out.narrow(0, 0, output_size(*count.host, max_out));
 }
 
 at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& scores,

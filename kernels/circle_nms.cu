@@ -10,8 +10,9 @@
  * (earlier) of its group when pcops_dist2_xy (geometry.h: dx*dx + dy*dy, every operation
  * rounded on its own) < (T)radius2. CPU and CUDA therefore keep exactly the same boxes.
  *
- * Three paths; the launch plan (nms_plan, from N alone) takes 1 up to kBlockMaxBoxes boxes and 3
- * above; tests and benchmarks force any of them through `variant` (pcops.h):
+ * Four paths; the launch plan (nms_plan, from N alone) takes 4 up to kBlockMaxBoxes boxes and 3
+ * above; tests and benchmarks force any of them through `variant` (pcops.h). Path 4, the block
+ * path v2, is described in its section below (what it changes in path 1 and why).
  *
  * 1. Block path, N <= kBlockMaxBoxes: ONE launch of ONE thread block (nms_block_kernel),
  *    everything in shared memory, no workspace:
@@ -435,6 +436,550 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
     if (keep_idx)
         for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
     if (tid == 0 && num_kept) *num_kept = total;
+}
+
+// ------------------------------------------------------------------------------------------
+// Block path v2 (variant 4): the block path with a sort in registers, a counting sort into
+// the grid and, when the pairs fit in shared memory, a scan by one warp with no block barrier.
+//
+// What changed from nms_block_kernel, and why (its time went to two bitonic sorts through
+// shared memory, a barrier per compare stage, and two block barriers per row block):
+//   a. the score sort keeps up to 4 keys per thread in registers (a thread per key up to 1024
+//      keys): compare stages within a thread, across the lanes of a warp by shuffles, and only
+//      stages across warps through shared memory (double-buffered: one barrier each). float32
+//      scores sort one 64-bit word, key << 32 | box index (all distinct: no tie rule needed);
+//   b. the grid (cells at least the radius wide, at most 2N cells, 256 to 8192) is filled by a
+//      counting sort (histogram, scan, scatter: three barriers), not a sort;
+//   c. one pass over the 3x3 cells around every position p: diag[p] as before, far[p], and p's
+//      earlier-block neighbours ("preds": positions q before p's row block, within the radius,
+//      same group) appended as (q, p % 64) to its row block's list, each row block owning an
+//      equal share of what is left of shared memory;
+//   d. list mode: warp 0 alone runs the greedy scan, row block by row block: its lanes OR the
+//      rows whose pred was kept (kept bits of the earlier row blocks are final) out of the
+//      block's list, then lane 0 resolves the row block from the diag words as before. No
+//      block barrier, a __syncwarp per row block. Push mode (a list outgrew its share: dense
+//      scenes): the scan of nms_block_kernel, kept rows with a far neighbour setting removed
+//      bits, two barriers per row block; its work is bounded by the kept boxes' neighbourhoods.
+//   e. keep_idx is written after the scan by all threads (a prefix of the kept counts of the
+//      row blocks), not inside the sequential loop.
+
+constexpr int kV2Threads = 1024;  // block size: the per-box phases want every warp
+constexpr int kV2MaxCells = 8192;
+constexpr uint16_t kV2NoCell = 0xffff;  // the cell of a non-finite centre
+constexpr int kV2PushSplit = 4;         // push mode: threads per (kept row, cell row) run
+
+// Sort items: ascending order = visiting order, every item distinct.
+template <typename S>
+struct V2Item;
+
+template <>
+struct V2Item<float> {  // float32 score key (32 bits, circle_nms.h) << 32 | box index
+    uint64_t k;
+    __device__ __forceinline__ static V2Item make(float s, int i) {
+        return {(score_key(s) << 32) | (uint32_t)i};
+    }
+    __device__ __forceinline__ static V2Item pad() { return {~uint64_t(0)}; }  // after all
+    __device__ __forceinline__ int index() const { return (int)(uint32_t)k; }
+    __device__ __forceinline__ bool before(const V2Item& o) const { return k < o.k; }
+    __device__ __forceinline__ V2Item shfl_xor(int m) const {
+        return {__shfl_xor_sync(0xffffffffu, k, m)};
+    }
+};
+
+template <>
+struct V2Item<double> {  // float64 score key (64 bits) and box index, compared in that order
+    uint64_t k;
+    int32_t i;
+    __device__ __forceinline__ static V2Item make(double s, int idx) { return {score_key(s), idx}; }
+    __device__ __forceinline__ static V2Item pad() { return {~uint64_t(0), 0x7fffffff}; }
+    __device__ __forceinline__ int index() const { return i; }
+    __device__ __forceinline__ bool before(const V2Item& o) const {
+        return k < o.k || (k == o.k && i < o.i);
+    }
+    __device__ __forceinline__ V2Item shfl_xor(int m) const {
+        return {__shfl_xor_sync(0xffffffffu, k, m), __shfl_xor_sync(0xffffffffu, i, m)};
+    }
+};
+
+// Sorts the score keys of boxes [0, N) into visiting order and writes order[p] (p < N): a
+// bitonic sort of P items (a power of two, 32 * E <= P <= E * blockDim.x, N <= P; pads sort
+// last), E per thread in registers, held by threads [0, P / E) (whole warps; the others only
+// meet the barriers): thread t holds items E*t .. E*t + E-1. Stages within a thread in
+// registers, across the lanes of a warp by shuffles, across warps through shared memory
+// (buf: 2 * P items, one buffer per stage in turn: one barrier per such stage). At every stage
+// the pair (i, i ^ j) ends with the smaller item at the lower index when (i & k) == 0 (an
+// ascending run), else the larger; both threads of a pair decide alike because no two items
+// are equal (pads are, but then either choice is the same value). Called by every thread.
+template <int E, typename S>
+__device__ void v2_sort_scores(const S* __restrict__ scores, int N, int P, V2Item<S>* buf,
+                               uint16_t* order) {
+    using Item = V2Item<S>;
+    const int tid = threadIdx.x;
+    const bool active = tid * E < P;  // uniform over each warp: P / E is a multiple of 32
+    Item v[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = tid * E + e;
+        v[e] = i < N ? Item::make(scores[i], i) : Item::pad();
+    }
+    int parity = 0;
+    for (int k = 2; k <= P; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            if (j < E) {  // both items in this thread; register indices spelled out
+                auto exchange = [&](Item& lo, Item& hi, int i) {
+                    const bool swap = ((i & k) == 0) ? hi.before(lo) : lo.before(hi);
+                    if (swap) {
+                        const Item t = lo;
+                        lo = hi;
+                        hi = t;
+                    }
+                };
+                if constexpr (E == 2) {
+                    exchange(v[0], v[1], tid * E);
+                } else if constexpr (E == 4) {
+                    if (j == 2) {
+                        exchange(v[0], v[2], tid * E);
+                        exchange(v[1], v[3], tid * E + 1);
+                    } else {
+                        exchange(v[0], v[1], tid * E);
+                        exchange(v[2], v[3], tid * E + 2);
+                    }
+                }
+                continue;
+            }
+            Item other[E];
+            if (j < 32 * E) {  // the partner is lane ^ (j / E) of this warp
+                if (!active) continue;
+#pragma unroll
+                for (int e = 0; e < E; ++e) other[e] = v[e].shfl_xor(j / E);
+            } else {  // another warp: through shared memory
+                Item* b = buf + parity * P;
+                parity ^= 1;
+                if (active) {
+#pragma unroll
+                    for (int e = 0; e < E; ++e) b[tid * E + e] = v[e];
+                }
+                __syncthreads();  // the next write to this buffer is a barrier away
+                if (!active) continue;
+#pragma unroll
+                for (int e = 0; e < E; ++e) other[e] = b[(tid * E + e) ^ j];
+            }
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const int i = tid * E + e;
+                const bool want_min = ((i & j) == 0) == ((i & k) == 0);
+                const bool take = want_min ? other[e].before(v[e]) : v[e].before(other[e]);
+                if (take) v[e] = other[e];
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int p = tid * E + e;
+        if (p < N) order[p] = (uint16_t)v[e].index();  // the keys of [0, N) sort first
+    }
+}
+
+// Exclusive prefix sum of a[0, n) in place by the whole block; returns the total. s_warp: 33
+// words of shared memory. Barriers inside (uniform control flow); a[] is final on return.
+__device__ uint32_t v2_block_scan(uint32_t* a, int n, uint32_t* s_warp) {
+    const int tid = threadIdx.x, lane = tid & 31, nwarps = blockDim.x / 32;
+    const int per = (n + (int)blockDim.x - 1) / (int)blockDim.x;
+    const int lo = min(tid * per, n), hi = min(lo + per, n);
+    uint32_t sum = 0;
+    for (int i = lo; i < hi; ++i) sum += a[i];
+    uint32_t incl = sum;
+    for (int off = 1; off < 32; off <<= 1) {
+        const uint32_t o = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += o;
+    }
+    if (lane == 31) s_warp[tid >> 5] = incl;
+    __syncthreads();
+    if (tid < 32) {
+        const uint32_t w = lane < nwarps ? s_warp[lane] : 0;
+        uint32_t wi = w;
+        for (int off = 1; off < 32; off <<= 1) {
+            const uint32_t o = __shfl_up_sync(0xffffffffu, wi, off);
+            if (lane >= off) wi += o;
+        }
+        s_warp[lane] = wi - w;
+        if (lane == 31) s_warp[32] = wi;
+    }
+    __syncthreads();
+    uint32_t run = s_warp[tid >> 5] + incl - sum;
+    for (int i = lo; i < hi; ++i) {
+        const uint32_t x = a[i];
+        a[i] = run;
+        run += x;
+    }
+    const uint32_t total = s_warp[32];
+    __syncthreads();  // a[] final; s_warp free for the next call
+    return total;
+}
+
+// A centre as one 8-byte (float) or 16-byte (double) load from the interleaved xy array.
+template <typename T>
+struct V2Pair {
+    T x, y;
+};
+__device__ __forceinline__ V2Pair<float> v2_xy(const float* xy, int p) {
+    const float2 v = reinterpret_cast<const float2*>(xy)[p];
+    return {v.x, v.y};
+}
+__device__ __forceinline__ V2Pair<double> v2_xy(const double* xy, int p) {
+    const double2 v = reinterpret_cast<const double2*>(xy)[p];
+    return {v.x, v.y};
+}
+
+// Shared memory of the v2 kernel: order, then a region that first holds the sort's two buffers
+// and then everything else, the pred pool last (to the end of the allocation). One carving for
+// the host (sizes) and the device (pointers).
+template <typename T>
+struct V2Smem {
+    uint16_t* order;     // [N] box index by position
+    void* sort_buf;      // [2 P] sort items (the region below, before the sort is done)
+    size_t sort_end;     // byte offset where the sort buffers end
+    T* xy;               // [2 N] centres by position, x and y side by side (one load)
+    int64_t* g;          // [N] groups by position (when groups are given)
+    uint16_t* cell;      // [N] cell of a position (kV2NoCell: not finite)
+    uint32_t* cell_end;  // [max_cells] after the counting sort: end of each cell's run
+    uint16_t* by_cell;   // [N] positions in cell order
+    uint64_t* diag;      // [N]
+    uint32_t* pool;      // [pool_cap] pred entries, q << 6 | t; row block rb owns
+                         // [rb * block_cap, (rb + 1) * block_cap), block_cap = pool_cap / C
+    size_t fixed_end;    // byte offset of the pool
+    int pool_cap;
+};
+
+template <typename T, typename S>
+__host__ __device__ V2Smem<T> v2_smem(void* base, size_t bytes, int N, int P, int max_cells,
+                                      bool with_groups) {
+    char* p = (char*)base;
+    size_t off = 0;
+    auto take = [&](size_t n) {
+        char* q = p + off;
+        off += (n + 15) & ~(size_t)15;
+        return q;
+    };
+    V2Smem<T> s;
+    s.order = (uint16_t*)take((size_t)N * sizeof(uint16_t));
+    const size_t region = off;
+    s.sort_buf = p + region;
+    s.sort_end = region + 2 * (size_t)P * sizeof(V2Item<S>);
+    s.xy = (T*)take((size_t)2 * N * sizeof(T));
+    s.g = with_groups ? (int64_t*)take((size_t)N * sizeof(int64_t)) : nullptr;
+    s.cell = (uint16_t*)take((size_t)N * sizeof(uint16_t));
+    s.cell_end = (uint32_t*)take((size_t)max_cells * sizeof(uint32_t));
+    s.by_cell = (uint16_t*)take((size_t)N * sizeof(uint16_t));
+    s.diag = (uint64_t*)take((size_t)N * sizeof(uint64_t));
+    s.fixed_end = off;
+    s.pool = (uint32_t*)(p + off);
+    s.pool_cap = bytes > off ? (int)((bytes - off) / sizeof(uint32_t)) : 0;
+    return s;
+}
+
+// Calls f(q) for every position q in the 3x3 cells around position p's cell (p included).
+template <typename T, typename F>
+__device__ __forceinline__ void v2_for_each_near(const V2Smem<T>& sm, const BlockGrid& gr, int p,
+                                                 F&& f) {
+    const int c = sm.cell[p];
+    if (c == kV2NoCell) return;
+    const int cx = c % gr.gx, cy = c / gr.gx;
+    const int x_lo = cx > 0 ? cx - 1 : 0, x_hi = cx + 1 < gr.gx ? cx + 1 : cx;
+    const int y_lo = cy > 0 ? cy - 1 : 0, y_hi = cy + 1 < gr.gy ? cy + 1 : cy;
+    for (int yy = y_lo; yy <= y_hi; ++yy) {
+        const int c0 = yy * gr.gx + x_lo, c1 = yy * gr.gx + x_hi;
+        const int e = (int)sm.cell_end[c1];
+        for (int s = c0 > 0 ? (int)sm.cell_end[c0 - 1] : 0; s < e; ++s) f((int)sm.by_cell[s]);
+    }
+}
+
+// Phase clock of the v2 kernel for the lab (build with -DPCOPS_NMS_PHASES: thread 0 prints the
+// cycles of each phase); nothing otherwise.
+#ifdef PCOPS_NMS_PHASES
+#define NMS_PHASE(i) (tid == 0 ? (void)(phase_clock[i] = clock64()) : (void)0)
+#else
+#define NMS_PHASE(i) ((void)0)
+#endif
+
+// One block of blockDim.x threads (a multiple of 32, at most 1024), dynamic shared memory
+// `bytes` carved by v2_smem; N in [1, kBlockMaxBoxes]; the sort: P items, E = items_per_thread
+// (1, 2 or 4) per thread, P / E <= blockDim.x (v2_sort_scores).
+template <typename T, typename S>
+__global__ void __launch_bounds__(kBlockMaxThreads, 1)
+nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__ scores,
+                    const int64_t* __restrict__ groups, int N, int P, int items_per_thread,
+                    int max_cells, size_t bytes, T r2, double cell_min,
+                    bool* __restrict__ keep_mask,
+                    int64_t* __restrict__ keep_idx, int64_t* __restrict__ num_kept) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ uint64_t s_kept[kBlockMaxBoxes / kBoxesPerWord];      // kept bits by row block
+    __shared__ uint32_t s_removed[kBlockMaxBoxes / 32];               // push mode
+    __shared__ uint32_t s_far[kBlockMaxBoxes / 32];                   // a bit per position
+    __shared__ Box2 s_box[32];
+    __shared__ BlockGrid s_grid;
+    __shared__ uint32_t s_warp[33];
+    __shared__ int s_before[kBlockMaxBoxes / kBoxesPerWord];  // kept boxes before a row block
+    __shared__ uint32_t s_fill[kBlockMaxBoxes / kBoxesPerWord];  // pred entries by row block
+    __shared__ uint32_t s_overflow;  // a row block has more pred entries than its share
+    __shared__ int64_t s_count;
+    const int tid = threadIdx.x, nthreads = blockDim.x;
+    const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    const V2Smem<T> sm = v2_smem<T, S>(smem, bytes, N, P, max_cells, groups != nullptr);
+#ifdef PCOPS_NMS_PHASES
+    long long phase_clock[8] = {0};
+#endif
+    NMS_PHASE(0);
+
+    // a. the visiting order
+    for (int w = tid; w < kBlockMaxBoxes / 32; w += nthreads) {
+        s_removed[w] = 0;
+        s_far[w] = 0;
+    }
+    if (tid < kBlockMaxBoxes / kBoxesPerWord) s_fill[tid] = 0;
+    if (tid == 0) s_overflow = 0;
+    // scores already in visiting order (as after a top-k, and the peers' precondition): every
+    // key pair in order; then the order is the identity and the sort is skipped
+    bool in_order = true;
+    for (int i = tid; i + 1 < N; i += nthreads)
+        in_order = in_order && score_key(scores[i]) <= score_key(scores[i + 1]);
+    V2Item<S>* sort_buf = (V2Item<S>*)sm.sort_buf;
+    if (__syncthreads_and(in_order)) {
+        for (int p = tid; p < N; p += nthreads) sm.order[p] = (uint16_t)p;
+    } else if (items_per_thread == 1)
+        v2_sort_scores<1>(scores, N, P, sort_buf, sm.order);
+    else if (items_per_thread == 2)
+        v2_sort_scores<2>(scores, N, P, sort_buf, sm.order);
+    else
+        v2_sort_scores<4>(scores, N, P, sort_buf, sm.order);
+    __syncthreads();  // order written; the sort buffers read for the last time (they overlap
+                      // what follows)
+    NMS_PHASE(1);
+
+    // b. gather into visiting order; the bounding box of the finite centres; the grid
+    Box2 box = Box2::empty();
+    for (int p = tid; p < N; p += nthreads) {
+        const int o = sm.order[p];
+        const T x = centers[(int64_t)o * D + 0], y = centers[(int64_t)o * D + 1];
+        sm.xy[2 * p] = x;
+        sm.xy[2 * p + 1] = y;
+        if (sm.g) sm.g[p] = groups[o];
+        box.add(x, y);
+    }
+    for (int c = tid; c < max_cells; c += nthreads) sm.cell_end[c] = 0;
+    box.warp_reduce();
+    if ((tid & 31) == 0) s_box[tid >> 5] = box;
+    __syncthreads();
+    if (tid == 0) {
+        for (int w = 1; w < nthreads / 32; ++w) box.merge(s_box[w]);
+        // cells no smaller than needed for max_cells (make_grid then grows them by 1.25x
+        // steps from here; any cell of at least cell_min gives the same result)
+        double cmin = cell_min;
+        const double area = (box.hi_x - box.lo_x) * (box.hi_y - box.lo_y);
+        if (box.lo_x <= box.hi_x && !(area <= cmin * cmin * max_cells))
+            cmin = sqrt(area / max_cells);  // inf when the area overflows: one cell
+        s_grid = make_grid(box.lo_x, box.lo_y, box.hi_x, box.hi_y, cmin, max_cells);
+    }
+    __syncthreads();
+    const BlockGrid gr = s_grid;
+    NMS_PHASE(2);
+
+    // c. counting sort of the positions by cell
+    for (int p = tid; p < N; p += nthreads) {
+        const T x = sm.xy[2 * p], y = sm.xy[2 * p + 1];
+        uint16_t c = kV2NoCell;
+        if (finite_xy(x, y)) {
+            c = (uint16_t)(grid_coord((double)y, gr.y0, gr.inv, gr.gy) * gr.gx +
+                           grid_coord((double)x, gr.x0, gr.inv, gr.gx));
+            atomicAdd(&sm.cell_end[c], 1u);
+        }
+        sm.cell[p] = c;
+    }
+    __syncthreads();
+    v2_block_scan(sm.cell_end, gr.gx * gr.gy, s_warp);  // cell starts
+    for (int p = tid; p < N; p += nthreads) {
+        const int c = sm.cell[p];
+        if (c != kV2NoCell) sm.by_cell[atomicAdd(&sm.cell_end[c], 1u)] = (uint16_t)p;
+    }
+    __syncthreads();  // cell_end[c]: the end of cell c's run (and the start of c + 1's)
+    NMS_PHASE(3);
+
+    // d. in one pass over the 3x3 cells of every position p: diag[p], far[p], and p's preds
+    //    appended to the list of p's row block (entries q << 6 | (p % 64), in no fixed order: the
+    //    scan only ORs them); a row block whose list outgrows its share of the pool sets
+    //    s_overflow, and the scan then pushes instead
+    const int block_cap = sm.pool_cap / C;
+    for (int p = tid; p < N; p += nthreads) {
+        const V2Pair<T> cp = v2_xy(sm.xy, p);
+        const T xp = cp.x, yp = cp.y;
+        const int64_t gp = sm.g ? sm.g[p] : 0;
+        const int rb = p / kBoxesPerWord, base = rb * kBoxesPerWord;
+        const int block_end = base + kBoxesPerWord;
+        uint32_t* list = sm.pool + (size_t)rb * block_cap;
+        uint64_t word = 0;
+        bool far = false;
+        v2_for_each_near(sm, gr, p, [&](int q) {
+            if (q == p) return;
+            if (sm.g && sm.g[q] != gp) return;
+            const V2Pair<T> cq = v2_xy(sm.xy, q);
+            if (!(dist2_xy(cq.x, cq.y, xp, yp) < r2)) return;
+            if (q < base) {
+                const uint32_t slot = atomicAdd(&s_fill[rb], 1u);
+                if (slot < (uint32_t)block_cap)
+                    list[slot] = ((uint32_t)q << 6) | (uint32_t)(p % kBoxesPerWord);
+                else
+                    atomicOr(&s_overflow, 1u);
+            } else if (q > p) {
+                if (q < block_end)
+                    word |= uint64_t(1) << (q % kBoxesPerWord);
+                else
+                    far = true;
+            }
+        });
+        sm.diag[p] = word;
+        if (far) atomicOr(&s_far[p / 32], 1u << (p % 32));
+    }
+    __syncthreads();
+    const bool list_mode = s_overflow == 0;
+    NMS_PHASE(4);
+
+    // e. the greedy scan
+    NMS_PHASE(5);
+    if (list_mode) {
+        if (tid < 32) {  // warp 0 alone
+            for (int rb = 0; rb < C; ++rb) {
+                const int base = rb * kBoxesPerWord;
+                const int a = base + tid, b = base + 32 + tid;
+                const uint64_t da = a < N ? sm.diag[a] : 0, db = b < N ? sm.diag[b] : 0;
+                // the block's pred entries, spread over the lanes: (q, t) removes row t when
+                // q (an earlier row block: final) was kept
+                const uint32_t* list = sm.pool + (size_t)rb * block_cap;
+                uint32_t gone_lo = 0, gone_hi = 0;
+                for (uint32_t j = tid, n = s_fill[rb]; j < n; j += 32) {
+                    const uint32_t entry = list[j];
+                    const uint32_t q = entry >> 6, t = entry & 63;
+                    if ((s_kept[q / kBoxesPerWord] >> (q % kBoxesPerWord)) & 1) {
+                        if (t < 32)
+                            gone_lo |= 1u << t;
+                        else
+                            gone_hi |= 1u << (t - 32);
+                    }
+                }
+                gone_lo = __reduce_or_sync(0xffffffffu, gone_lo);
+                gone_hi = __reduce_or_sync(0xffffffffu, gone_hi);
+                const uint64_t nonzero = (uint64_t)__ballot_sync(0xffffffffu, da != 0) |
+                                         ((uint64_t)__ballot_sync(0xffffffffu, db != 0) << 32);
+                if (tid == 0) {
+                    uint64_t rem = (uint64_t)gone_lo | ((uint64_t)gone_hi << 32);
+                    if (N - base < kBoxesPerWord) rem |= ~uint64_t(0) << (N - base);  // past N
+                    for (uint64_t todo = nonzero; todo; todo &= todo - 1) {
+                        const int t = __ffsll((long long)todo) - 1;
+                        if (!((rem >> t) & 1)) rem |= sm.diag[base + t];
+                    }
+                    s_kept[rb] = ~rem;
+                }
+                __syncwarp();  // s_kept[rb] visible to every lane
+            }
+        }
+    } else {
+        for (int rb = 0; rb < C; ++rb) {
+            const int base = rb * kBoxesPerWord;
+            if (tid < 32) {
+                const int a = base + tid, b = base + 32 + tid;
+                const uint64_t da = a < N ? sm.diag[a] : 0, db = b < N ? sm.diag[b] : 0;
+                const uint64_t nonzero = (uint64_t)__ballot_sync(0xffffffffu, da != 0) |
+                                         ((uint64_t)__ballot_sync(0xffffffffu, db != 0) << 32);
+                if (tid == 0) {
+                    uint64_t rem = (uint64_t)s_removed[2 * rb] |
+                                   ((uint64_t)s_removed[2 * rb + 1] << 32);
+                    if (N - base < kBoxesPerWord) rem |= ~uint64_t(0) << (N - base);
+                    for (uint64_t todo = nonzero; todo; todo &= todo - 1) {
+                        const int t = __ffsll((long long)todo) - 1;
+                        if (!((rem >> t) & 1)) rem |= sm.diag[base + t];
+                    }
+                    s_kept[rb] = ~rem;
+                }
+            }
+            __syncthreads();  // s_kept[rb] published
+
+            const uint64_t kept_far =
+                s_kept[rb] & ((uint64_t)s_far[2 * rb] | ((uint64_t)s_far[2 * rb + 1] << 32));
+            if (kept_far) {
+                const int block_end = base + kBoxesPerWord;
+                for (int item = tid; item < kBoxesPerWord * 3 * kV2PushSplit; item += nthreads) {
+                    const int t = item / (3 * kV2PushSplit);
+                    if (!((kept_far >> t) & 1)) continue;
+                    const int k = (item / kV2PushSplit) % 3, j = item % kV2PushSplit;
+                    const int p = base + t;  // < N and finite: far is set only for those
+                    const int c = sm.cell[p];
+                    const int cx = c % gr.gx, yy = c / gr.gx + k - 1;
+                    if (yy < 0 || yy >= gr.gy) continue;
+                    const int x_lo = cx > 0 ? cx - 1 : 0, x_hi = cx + 1 < gr.gx ? cx + 1 : cx;
+                    const int c0 = yy * gr.gx + x_lo, c1 = yy * gr.gx + x_hi;
+                    const int e = (int)sm.cell_end[c1];
+                    const V2Pair<T> cp = v2_xy(sm.xy, p);
+                    const T xp = cp.x, yp = cp.y;
+                    const int64_t gp = sm.g ? sm.g[p] : 0;
+                    for (int s = (c0 > 0 ? (int)sm.cell_end[c0 - 1] : 0) + j; s < e;
+                         s += kV2PushSplit) {
+                        const int q = sm.by_cell[s];
+                        if (q < block_end) continue;
+                        if (sm.g && sm.g[q] != gp) continue;
+                        const V2Pair<T> cq = v2_xy(sm.xy, q);
+                        if (dist2_xy(cq.x, cq.y, xp, yp) < r2)
+                            atomicOr(&s_removed[q / 32], 1u << (q % 32));
+                    }
+                }
+            }
+            __syncthreads();  // removed bits of the later row blocks final for this one
+        }
+    }
+
+    // outputs, by all threads: the kept boxes before row block rb (C <= 64: two per lane of
+    // warp 0), then keep_mask by box, keep_idx in visiting order, -1 after, num_kept
+    NMS_PHASE(6);
+    __syncthreads();
+    if (tid < 32) {
+        const int n0 = tid < C ? __popcll(s_kept[tid]) : 0;
+        const int n1 = 32 + tid < C ? __popcll(s_kept[32 + tid]) : 0;
+        int i0 = n0, i1 = n1;  // inclusive sums over the lanes
+        for (int off = 1; off < 32; off <<= 1) {
+            const int o0 = __shfl_up_sync(0xffffffffu, i0, off);
+            const int o1 = __shfl_up_sync(0xffffffffu, i1, off);
+            if (tid >= off) {
+                i0 += o0;
+                i1 += o1;
+            }
+        }
+        const int first_half = __shfl_sync(0xffffffffu, i0, 31);
+        s_before[tid] = i0 - n0;
+        s_before[32 + tid] = first_half + i1 - n1;
+        if (tid == 31) s_count = first_half + i1;
+    }
+    __syncthreads();
+    const int64_t total = s_count;
+    for (int p = tid; p < N; p += nthreads) {
+        const int rb = p / kBoxesPerWord, t = p % kBoxesPerWord;
+        const uint64_t kept = s_kept[rb];
+        const bool is_kept = (kept >> t) & 1;
+        if (keep_mask) keep_mask[sm.order[p]] = is_kept;
+        if (keep_idx && is_kept)
+            keep_idx[s_before[rb] + __popcll(kept & ((uint64_t(1) << t) - 1))] = sm.order[p];
+    }
+    if (keep_idx)
+        for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
+    if (tid == 0 && num_kept) *num_kept = total;
+    NMS_PHASE(7);
+#ifdef PCOPS_NMS_PHASES
+    if (tid == 0)
+        printf("v2 N=%d threads=%d sort %d x %d cap=%d list=%d kept=%lld cycles: sort %lld grid "
+               "%lld cells %lld lists %lld - %lld scan %lld out %lld total %lld\n",
+               N, nthreads, P, items_per_thread, sm.pool_cap / C, (int)list_mode, (long long)total,
+               phase_clock[1] - phase_clock[0], phase_clock[2] - phase_clock[1],
+               phase_clock[3] - phase_clock[2], phase_clock[4] - phase_clock[3],
+               phase_clock[5] - phase_clock[4], phase_clock[6] - phase_clock[5],
+               phase_clock[7] - phase_clock[6], phase_clock[7] - phase_clock[0]);
+#endif
 }
 
 // ------------------------------------------------------------------------------------------
@@ -950,18 +1495,33 @@ int next_pow2(int n) {
 
 // The launch plan, computed once from the sizes (by the size query and the launcher alike).
 struct NmsPlan {
-    int variant;  // 1 block path, 2 bitmask path, 3 grid path, 0 nothing to launch (N == 0)
-    int P;        // block path: sort size
-    int threads;  // block path: block size
+    int variant;  // 1 block path, 2 bitmask path, 3 grid path, 4 block path v2, 0 nothing to
+                  // launch (N == 0)
+    int P;        // block paths: sort size
+    int threads;  // block paths: block size
+    int items;    // block path v2: sort items per thread
 };
 
-// variant: 0 by size, 1 block, 2 bitmask, 3 grid. ok = false when the variant cannot take N.
+// variant: 0 by size, 1 block, 2 bitmask, 3 grid, 4 block v2. ok = false when the variant
+// cannot take N.
 NmsPlan nms_plan(int64_t N, int variant, bool& ok) {
-    NmsPlan plan{0, 0, 0};
+    NmsPlan plan{0, 0, 0, 0};
     ok = N >= 0 && (N + kBoxesPerWord - 1) / kBoxesPerWord <= kMaxBlocks && variant >= 0 &&
-         variant <= 3;
+         variant <= 4;
     if (!ok || N == 0) return plan;
-    plan.variant = variant != 0 ? variant : (N <= kBlockMaxBoxes ? 1 : 3);
+    plan.variant = variant != 0 ? variant : (N <= kBlockMaxBoxes ? 4 : 3);
+    if (plan.variant == 4) {
+        if (N > kBlockMaxBoxes) {
+            ok = false;
+            return plan;
+        }
+        // a thread per box up to 1024 (at least 128); the sort: 32 items at least, up to 4 per
+        // thread
+        const int n2 = next_pow2((int)N);
+        plan.threads = n2 < 128 ? 128 : (n2 > kV2Threads ? kV2Threads : n2);
+        plan.P = n2 < 32 ? 32 : n2;
+        plan.items = plan.P > plan.threads ? plan.P / plan.threads : 1;
+    }
     if (plan.variant == 1) {
         if (N > kBlockMaxBoxes) {
             ok = false;
@@ -1060,6 +1620,49 @@ cudaError_t launch_block(const NmsPlan& plan, const T* centers, int64_t D, const
     nms_block_kernel<T, S><<<1, plan.threads, smem, stream>>>(
         centers, D, scores, groups, (int)N, plan.P, r2, cell_min, keep_mask, keep_idx,
         num_kept);
+    return cudaGetLastError();
+}
+
+// The v2 kernel takes all the shared memory a block may opt into (what is left after its
+// fixed arrays holds the pred lists); opted in and measured once per device (ordinal < 64).
+template <typename T, typename S>
+cudaError_t block_v2_attributes(int* bytes) {
+    static std::atomic<int> cached[64];  // static storage: zero until measured
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    if (dev < 64 && (*bytes = cached[dev].load(std::memory_order_relaxed)) > 0)
+        return cudaSuccess;
+    int optin = 0;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) return err;
+    cudaFuncAttributes attr;
+    err = cudaFuncGetAttributes(&attr, nms_block_v2_kernel<T, S>);
+    if (err != cudaSuccess) return err;
+    *bytes = optin - (int)attr.sharedSizeBytes;
+    err = cudaFuncSetAttribute(nms_block_v2_kernel<T, S>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, *bytes);
+    if (err == cudaSuccess && dev < 64) cached[dev].store(*bytes, std::memory_order_relaxed);
+    return err;
+}
+
+template <typename T, typename S>
+cudaError_t launch_block_v2(const NmsPlan& plan, const T* centers, int64_t D, const S* scores,
+                            const int64_t* groups, int64_t N, double radius2, bool* keep_mask,
+                            int64_t* keep_idx, int64_t* num_kept, cudaStream_t stream) {
+    int bytes = 0;
+    cudaError_t err = block_v2_attributes<T, S>(&bytes);
+    if (err != cudaSuccess) return err;
+    const T r2 = (T)radius2;  // rounded as the CPU rounds it
+    const double cell_min = sqrt((double)r2) * (1.0 + 1.0 / 1024.0);
+    const int n = (int)N;
+    const int max_cells = 2 * n < 256 ? 256 : (2 * n > kV2MaxCells ? kV2MaxCells : 2 * n);
+    const V2Smem<T> s = v2_smem<T, S>(nullptr, (size_t)bytes, n, plan.P, max_cells,
+                                      groups != nullptr);
+    if (s.sort_end > (size_t)bytes || s.fixed_end > (size_t)bytes) return cudaErrorInvalidValue;
+    nms_block_v2_kernel<T, S><<<1, plan.threads, (size_t)bytes, stream>>>(
+        centers, D, scores, groups, n, plan.P, plan.items, max_cells, (size_t)bytes, r2, cell_min,
+        keep_mask, keep_idx, num_kept);
     return cudaGetLastError();
 }
 
@@ -1227,6 +1830,9 @@ cudaError_t launch_by_score(const NmsPlan& plan, const T* centers, int64_t D,
             case 2:
                 return launch_mask(centers, D, score_dtype, s, groups, N, radius2, workspace,
                                    keep_mask, keep_idx, num_kept, stream);
+            case 4:
+                return launch_block_v2(plan, centers, D, s, groups, N, radius2, keep_mask,
+                                       keep_idx, num_kept, stream);
             default:
                 return launch_grid(centers, D, score_dtype, s, groups, N, radius2, workspace,
                                    keep_mask, keep_idx, num_kept, stream);
@@ -1244,7 +1850,8 @@ extern "C" size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype,
     const size_t elem = pcops_dtype_size(dtype);
     bool ok;
     const NmsPlan plan = nms_plan(N, variant, ok);
-    if (!ok || elem == 0 || plan.variant == 0 || plan.variant == 1) return 0;
+    if (!ok || elem == 0 || plan.variant == 0 || plan.variant == 1 || plan.variant == 4)
+        return 0;
     if (plan.variant == 2) return mask_layout(nullptr, elem, score_dtype, N, 0).bytes;
     return grid_layout(nullptr, elem, score_dtype, N, 0).bytes;
 }
@@ -1258,7 +1865,8 @@ extern "C" cudaError_t pcops_circle_nms_cuda_variant(
     if (!ok || D < 2) return cudaErrorInvalidValue;
     if (score_dtype != PCOPS_FLOAT32 && score_dtype != PCOPS_FLOAT64)
         return cudaErrorInvalidValue;
-    if (N > 0 && (!centers || !scores || (plan.variant >= 2 && !workspace)))
+    if (N > 0 && (!centers || !scores ||
+                  ((plan.variant == 2 || plan.variant == 3) && !workspace)))
         return cudaErrorInvalidValue;
     if (N == 0)
         return pcops_launch_tail(

@@ -371,14 +371,18 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
                                       int64_t N, int64_t C, int64_t M, int64_t S, void* workspace,
                                       void* grad_features, cudaStream_t stream);
 
-/* Circle NMS on CUDA. variant 0: by size (what pcops_circle_nms_cuda does: 1 up to
+/* Circle NMS on CUDA. variant 0: by size (what pcops_circle_nms_cuda does: 4 up to
  * PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX boxes, else 3); 1: the single-block kernel (one launch,
  * everything in shared memory: the score sort, a spatial grid, the greedy scan; no workspace);
  * 2: the bitmask path (a cub radix sort of the score keys, a suppression bitmask of
  * N * ceil(N/64) 64-bit words, about N**2 / 8 bytes, then a scan by one thread block; kept for
  * comparison); 3: the grid path (the single-block algorithm with its data in the workspace,
  * O(N) bytes: two cub radix sorts, a spatial grid, then a scan by one thread block that tests
- * only the kept boxes' neighbourhoods). N <= PCOPS_CIRCLE_NMS_CUDA_MAX for 2 and 3. The
+ * only the kept boxes' neighbourhoods); 4: the single-block kernel v2 (one launch, no workspace:
+ * the score sort in registers, a counting sort into the grid, and the greedy scan by one warp
+ * over lists of each 64-box block's earlier neighbours; the scan of 1 where the lists do not
+ * fit in shared memory). N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX for 1 and 4, N <=
+ * PCOPS_CIRCLE_NMS_CUDA_MAX for 2 and 3. The
  * results are identical. cudaErrorInvalidValue for a variant that cannot take N. On CUDA
  * num_kept may be NULL too (circle_nms_mask needs only the mask). */
 #define PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX 4096

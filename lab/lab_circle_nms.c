@@ -4,8 +4,8 @@
  *
  * N boxes with centres [N, D] (D = 3, only x and y used), scores, and groups (classes). The C
  * API orders the boxes itself (descending score, ties to the lower index); the naive reference
- * here sorts with qsort. On CUDA every path (variant 1 single block, 2 bitmask, 3 grid) is
- * checked against the CPU.
+ * here sorts with qsort. On CUDA every path (variant 1 single block, 2 bitmask, 3 grid, 4 single
+ * block v2) is checked against the CPU, and each is timed.
  */
 #include "lab.h"
 
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
         a.scores = (const float*)lab_to_device(scores, sizeof(float) * N);
         a.groups = (const int64_t*)lab_to_device(groups, sizeof(int64_t) * N);
         size_t ws = 0;
-        for (int v = 0; v <= 3; ++v) {
+        for (int v = 0; v <= 4; ++v) {
             const size_t b = pcops_circle_nms_cuda_workspace_bytes(PCOPS_FLOAT32, PCOPS_FLOAT32, N, v);
             ws = b > ws ? b : ws;
         }
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
         a.keep_mask = (bool*)lab_to_device(NULL, N);
         a.keep_idx = (int64_t*)lab_to_device(NULL, sizeof(int64_t) * N);
         a.num_kept = (int64_t*)lab_to_device(NULL, sizeof(int64_t));
-        for (int run = 0; run < 8; ++run) {
+        for (int run = 0; run < 10; ++run) {
             const int graph = run & 1;
             a.variant = run >> 1;
             LAB_CUDA(cudaMemset(a.keep_idx, 0x7f, sizeof(int64_t) * N));
@@ -127,9 +127,11 @@ int main(int argc, char** argv) {
             free(gk);
             free(gn);
         }
-        a.variant = 0;
-        const double ms = lab_time_cold_l2(launch_nms, &a, 30);
-        printf("cuda circle_nms (cold L2): %.4f ms, %.2f Mboxes/s\n", ms, N / ms * 1e-3);
+        for (a.variant = 0; a.variant <= 4; ++a.variant) {
+            const double ms = lab_time_cold_l2(launch_nms, &a, 30);
+            printf("cuda circle_nms variant %d (cold L2): %.4f ms, %.2f Mboxes/s\n", a.variant, ms,
+                   N / ms * 1e-3);
+        }
         cudaFree((void*)a.centers);
         cudaFree((void*)a.scores);
         cudaFree((void*)a.groups);

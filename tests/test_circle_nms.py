@@ -635,9 +635,9 @@ def test_second_gpu(gen):
 
 
 # ---------------------------------------------------------------------------------------------
-# every path gives the same bits: the CPU, the CUDA single-block kernel (variant 1, N <= 4096),
-# the CUDA bitmask path (variant 2) and the CUDA grid path (variant 3), each forced through the
-# internal op's argument
+# every path gives the same bits: the CPU, the CUDA single-block kernels (variant 1 and its v2,
+# variant 4, N <= 4096), the CUDA bitmask path (variant 2) and the CUDA grid path (variant 3),
+# each forced through the internal op's argument
 
 
 def path_cases(gen):
@@ -704,7 +704,7 @@ def test_variant_op_on_cpu_is_the_public_ops(gen):
 
 def test_variant_op_on_cpu_has_one_path():
     c, s = torch.rand(10, 2), torch.rand(10)
-    for variant in (1, 2, 3, -1):
+    for variant in (1, 2, 3, 4, -1):
         with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be 0"):
             variant_op(c, s, 1.0, None, variant)
 
@@ -736,7 +736,7 @@ def test_cuda_every_path_matches_cpu(cuda, gen, dtype, score_dtype):
     for name, c, s, radius, g in path_cases(gen):
         c, s = c.to(dtype), s.to(score_dtype)
         want_mask, want_idx, want_n = cpu_variant(c, s, radius, g)
-        variants = [0, 2, 3] + ([1] if len(c) <= BLOCK_MAX else [])
+        variants = [0, 2, 3] + ([1, 4] if len(c) <= BLOCK_MAX else [])
         for variant in variants:
             mask, idx, n = variant_op(*to(cuda, c, s)[:2], radius,
                                       None if g is None else g.cuda(), variant)
@@ -748,15 +748,16 @@ def test_cuda_every_path_matches_cpu(cuda, gen, dtype, score_dtype):
 
 def test_cuda_single_block_limit(cuda, gen):
     c, s = torch.rand(BLOCK_MAX + 1, 2, device=cuda), torch.rand(BLOCK_MAX + 1, device=cuda)
-    with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be"):
-        variant_op(c, s, 1.0, None, 1)
-    for bad in (-1, 4):
+    for variant in (1, 4):
+        with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be"):
+            variant_op(c, s, 1.0, None, variant)
+    for bad in (-1, 5):
         with pytest.raises(ValueError, match=r"argument 'variant' must be"):
             variant_op(c[:10], s[:10], 1.0, None, bad)
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", [1, 2, 3])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4])
 @pytest.mark.parametrize("N", [1, 65, 700, 2100])  # 2100: a 4096-key sort by 1024 threads
 def test_cuda_paths_sanitizer(cuda, gen, variant, N):
     c, s, g = detections(N, gen, n_groups=2, grid=4)
@@ -766,6 +767,81 @@ def test_cuda_paths_sanitizer(cuda, gen, variant, N):
         assert_equal(a, b)
 
 
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("N", [97, 1000, 4096])
+def test_cuda_block_v2_modes_sanitizer(cuda, gen, dense, N):
+    """Variant 4 in both scan modes: the pred lists in shared memory (sparse) and the push
+    scan (dense: every box within the radius of every other, far more pairs than fit), float64
+    centres and scores with groups (the least room for the lists)."""
+    c, s, g = detections(N, gen, n_groups=2, grid=4)
+    radius = 1e3 if dense else 0.6
+    for cc, ss, gg in ((c, s, g), (c.double(), s.double(), g), (c, s, None)):
+        want = cpu_variant(cc, ss, radius, gg)
+        got = variant_op(*to(cuda, cc, ss)[:2], radius, None if gg is None else gg.cuda(), 4)
+        for a, b in zip(got, want):
+            assert_equal(a, b, what=f"N={N}, dense={dense}, {cc.dtype}, scores {ss.dtype}")
+
+
+def block_cases(gen, N):
+    """(name, centers, scores, groups) at size N for the single-block paths: CenterPoint-like
+    clusters with groups, tied scores on a grid, duplicates, non-finite values, one dense spot."""
+    objects = torch.rand(max(N // 8, 1), 2, generator=gen, dtype=torch.float64) * math.sqrt(N) * 2
+    which = torch.randint(0, len(objects), (N,), generator=gen)
+    xy = objects[which] + torch.randn(N, 2, generator=gen, dtype=torch.float64) * 0.3
+    clustered = torch.cat([xy, torch.zeros(N, 1, dtype=torch.float64)], 1).float()
+    scores = torch.rand(N, generator=gen)
+    groups = torch.randint(0, 3, (N,), generator=gen)
+    cases = [("clustered, groups", clustered, scores, groups), ("clustered", clustered, scores, None)]
+    c, s, _ = detections(N, gen, grid=4)
+    cases.append(("grid, tied scores", c, torch.round(s * 8) / 8, None))
+    c, s, g = detections(N, gen, n_groups=2)
+    s = s.clone()
+    s[::5] = float("nan")
+    s[1::7] = -0.0
+    s[2::7] = 0.0
+    c = c.clone()
+    c[3::11, 0] = float("nan")
+    c[4::13, 1] = float("inf")
+    c[::17] = c[0].clone()  # duplicates of box 0
+    cases.append(("non-finite, duplicates, groups", c, s, g))
+    c, s, _ = detections(N, gen)
+    c = c.clone()
+    c[: N // 2] = c[: N // 2] * 1e-3  # half of the boxes in one dense spot
+    cases.append(("dense spot", c, s, None))
+    # scores already in visiting order (variant 4 skips its sort), NaN first and ties; and the
+    # same with one neighbouring pair out of order (the sort runs)
+    c, s, g = detections(N, gen, n_groups=2)
+    s = torch.sort(torch.round(s * 8) / 8, descending=True).values
+    s[: N // 10] = float("nan")
+    cases.append(("scores in visiting order, NaN first, ties, groups", c, s, g))
+    s = torch.linspace(1.0, 0.0, N)
+    if N > 2:
+        s[[N // 3, N // 3 + 1]] = s[[N // 3 + 1, N // 3]]
+    cases.append(("scores in order but for one pair", c, s, None))
+    return cases
+
+
+@pytest.mark.parametrize("N", [1, 2, 31, 33, 63, 64, 65, 100, 127, 129, 255, 257, 500, 511, 513,
+                               1000, 1023, 1025, 2047, 2049, 3000, 4095, 4096])
+def test_cuda_block_v2_matches_cpu_and_block_v1(cuda, gen, N):
+    """Variant 4 (the default up to 4096 boxes) gives the bits of the CPU and of variant 1 on
+    every size around the warp, block and sort sizes, on clustered, tied, grouped, duplicated and
+    non-finite inputs, both centre and score dtypes."""
+    for name, c, s, g in block_cases(gen, N):
+        for dtype, score_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float64),
+                                   (torch.float32, torch.float64)):
+            cc, ss = c.to(dtype), s.to(score_dtype)
+            for radius in (0.5, 2.0):
+                want = cpu_variant(cc, ss, radius, g)
+                args = (*to(cuda, cc, ss)[:2], radius, None if g is None else g.cuda())
+                v1, v4 = variant_op(*args, 1), variant_op(*args, 4)
+                what = f"{name}, N={N}, {dtype}, scores {score_dtype}, radius {radius}"
+                for a, b, c1, part in zip(v4, want, v1, ("keep_mask", "keep_idx", "num_kept")):
+                    assert_equal(a, b, what=f"{part} vs cpu, {what}")
+                    assert_equal(a, c1, what=f"{part} vs variant 1, {what}")
+
+
 def test_variant_opcheck(device, gen):
     c, s, g = to(device, *detections(150, gen, n_groups=2))
     torch.library.opcheck(variant_op, (c, s, 0.5, g, 0))
@@ -773,3 +849,4 @@ def test_variant_opcheck(device, gen):
         torch.library.opcheck(variant_op, (c, s, 0.5, None, 1))
         torch.library.opcheck(variant_op, (c, s, 0.5, g, 2))
         torch.library.opcheck(variant_op, (c, s, 0.5, g, 3))
+        torch.library.opcheck(variant_op, (c, s, 0.5, g, 4))
