@@ -85,11 +85,14 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoin
                                             const std::optional<at::Tensor>& start,
                                             int64_t variant) {
     check_cuda_tensor(kOp, "xyz", xyz);
-    TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_BUCKET &&
-                          variant != PCOPS_FPS_TREE,
+    // CLUSTER_BUCKET may carry a forced shape: variant + 256 * blocks + 65536 * warps
+    const int64_t path = variant & 0xff;
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= INT_MAX && path <= PCOPS_FPS_CLUSTER_BUCKET &&
+                          path != PCOPS_FPS_TREE &&
+                          (path == PCOPS_FPS_CLUSTER_BUCKET || variant == path),
                       "pcops.", kOp, ": variant ", variant,
                       " does not exist on CUDA (0 = auto, 1 = simple, 3 = warp, 4 = block, "
-                      "5 = cluster, 6 = grid)");
+                      "5 = cluster, 6 = grid, 7 = bucket, 8 = cluster_bucket)");
     c10::cuda::CUDAGuard guard(xyz.device());
     FpsCall c = prepare(xyz, npoint, lengths, start);
     pcops_dtype dtype = to_pcops_dtype(c.xyz.scalar_type());

@@ -105,6 +105,10 @@ typedef enum pcops_fps_variant {
     PCOPS_FPS_GRID = 6,    /* CUDA: the whole (co-resident) grid on one cloud at a time */
     PCOPS_FPS_BUCKET = 7,  /* CUDA: points sorted into spatial buckets, a block per cloud; a
                               step updates only the buckets the sample can change */
+    PCOPS_FPS_CLUSTER_BUCKET = 8, /* CUDA (sm_90): the same buckets in the shared memory of a
+                              cluster of 1-16 blocks per cloud (clouds up to ~180k float points).
+                              pcops_fps_cuda_make_plan also takes variant + 256 * blocks +
+                              65536 * warps to force its shape (0: by size) */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */
@@ -284,14 +288,16 @@ pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, cons
  * registers, no clusters on the device, a grid that is not co-resident) or any
  * N > 2**31 - 1 returns cudaErrorInvalidValue. Every plan returns the same bits. */
 typedef struct pcops_fps_cuda_plan {
-    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID or BUCKET (never AUTO) */
+    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID, BUCKET or
+                               CLUSTER_BUCKET (never AUTO) */
     int threads;            /* threads per block */
     int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace;
-                               BUCKET: points per lane of a bucket (a bucket is 32 times that) */
-    int bucket_slots;       /* BUCKET: buckets each thread keeps (box and candidate) */
+                               (CLUSTER_)BUCKET: points per lane of a bucket (a bucket is 32
+                               times that) */
+    int bucket_slots;       /* (CLUSTER_)BUCKET: buckets each lane keeps (box and candidate) */
     int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
     int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
-    int blocks_per_cloud;   /* CLUSTER: the cluster size; GRID: the blocks of the grid */
+    int blocks_per_cloud;   /* CLUSTER, CLUSTER_BUCKET: the cluster size; GRID: the grid */
     int64_t blocks;         /* blocks launched */
     pcops_dtype dtype;
     int64_t B, N;

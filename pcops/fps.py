@@ -88,18 +88,27 @@ def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tenso
 
 # Private: the paths of kernels/pcops.h (pcops_fps_variant). Every path returns the same bits;
 # tests and benchmarks force one with _furthest_point_sample_variant.
-FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6, "bucket": 7}
+FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6,
+                "bucket": 7, "cluster_bucket": 8}
 CPU_VARIANTS = ("simple", "tree")
-CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket")
+CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket")
 
 
 def _furthest_point_sample_variant(xyz: Tensor, npoint: int, lengths: Optional[Tensor] = None,
-                                   start: Optional[Tensor] = None, variant: str = "auto"):
+                                   start: Optional[Tensor] = None, variant: str = "auto",
+                                   blocks: int = 0, warps: int = 0):
     """furthest_point_sample forced through one path ("simple", "tree" on the CPU; "simple",
-    "warp", "block", "cluster", "grid", "bucket" on CUDA). Returns (idx, dist2). A path that cannot take
-    the sizes on this device raises ValueError."""
-    return torch.ops.pcops._furthest_point_sample_variant.default(
-        xyz, npoint, lengths, start, FPS_VARIANTS[variant])
+    "warp", "block", "cluster", "grid", "bucket", "cluster_bucket" on CUDA). Returns (idx, dist2).
+    For "cluster_bucket", ``blocks`` (1-16, the cluster size) and ``warps`` (1-16 per block)
+    force its shape; 0 chooses by size. A path that cannot take the sizes on this device raises
+    ValueError."""
+    code = FPS_VARIANTS[variant]
+    if blocks or warps:
+        if variant != "cluster_bucket" or not (0 <= blocks <= 16 and 0 <= warps <= 16):
+            raise ValueError("pcops.furthest_point_sample: blocks / warps (0-16) only shape the "
+                             f"cluster_bucket path, got variant={variant!r}, blocks={blocks}, warps={warps}")
+        code += 256 * blocks + 65536 * warps
+    return torch.ops.pcops._furthest_point_sample_variant.default(xyz, npoint, lengths, start, code)
 
 
 def _fps_fake(xyz, npoint, lengths=None, start=None, variant=0):

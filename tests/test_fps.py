@@ -491,12 +491,13 @@ def test_variant_op_opcheck(device, gen):
 
 
 # Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
-# plan_grid): above these it raises ValueError; "cluster", "grid" and "bucket" take any size.
+# plan_grid): above these it raises ValueError; "cluster", "grid" and "bucket" take any size,
+# "cluster_bucket" what 16 blocks' shared memory holds (~180k float, ~100k double points).
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096}}
 
 
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
                                       (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
@@ -517,12 +518,17 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket"])
+@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "cluster_bucket"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     """A cloud too large for registers (temp in the workspace) on the cluster and grid paths;
-    buckets of 64 (float) and 128 (double) points on the bucket path."""
+    buckets of 64 (float) and 128 (double) points on the bucket path; 16 blocks' shared memory
+    on the cluster_bucket path (which refuses 150k double points: 36 bytes a point)."""
     xyz = rand_points(2, 150_000, gen, dtype=dtype)
+    if variant == "cluster_bucket" and dtype == torch.float64:
+        with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant .* cannot run"):
+            fps_variant(xyz.cuda(), 300, variant=variant)
+        return
     lengths = torch.tensor([150_000, 99_999])
     start = torch.tensor([7, 99_998])
     cpu = fps_variant(xyz, 300, lengths, start, variant="tree")
@@ -536,9 +542,10 @@ def test_cuda_rejects_the_cpu_tree_variant(cuda):
         fps_variant(torch.rand(1, 10, 3, device="cuda"), 4, variant="tree")
 
 
+@pytest.mark.parametrize("variant", ["bucket", "cluster_bucket"])
 @pytest.mark.parametrize("case", ["huge", "nonfinite", "plane", "line"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype):
+def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype, variant):
     """The bucket path skips buckets by their boxes: squared distances that overflow to +inf,
     NaN and inf coordinates (whose temps stay +inf), flat and collinear clouds (flat boxes)
     must still give the simple path's bits."""
@@ -556,12 +563,15 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype
         else:
             xyz[..., 1:] = 0.25
     cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
-    gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant="bucket")
-    assert_equal(gpu[0], cpu[0], what="idx")
-    assert_equal(gpu[1], cpu[1], what="dist2")
+    shapes = [{}] if variant == "bucket" else [{"blocks": 1}, {"blocks": 4}, {"blocks": 16, "warps": 2}]
+    for shape in shapes:
+        gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant=variant, **shape)
+        assert_equal(gpu[0], cpu[0], what=f"idx {shape}")
+        assert_equal(gpu[1], cpu[1], what=f"dist2 {shape}")
 
 
-def test_cuda_bucket_path_on_real_scans_every_sample(cuda):
+@pytest.mark.parametrize("variant", ["bucket", "cluster_bucket"])
+def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
     """The real scans, ragged in one batch, sampled down to every point (the late steps, where
     the bucket path skips almost everything, and the tie-breaking among the last points)."""
     import os
@@ -578,13 +588,63 @@ def test_cuda_bucket_path_on_real_scans_every_sample(cuda):
     start = torch.tensor([4321, 17])
     npoint = 40_000
     cpu = fps_variant(xyz, npoint, lengths, start, variant="tree")
-    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant="bucket")
+    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
+@pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm", "huge", "clustered"])
+@pytest.mark.parametrize("N,npoint", [(1, 1), (31, 31), (100, 64), (1000, 1000), (10_000, 1000),
+                                      (16_385, 4096), (40_001, 3000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_cluster_bucket_every_shape_equals_cpu(cuda, gen, case, N, npoint, dtype):
+    """The cluster_bucket path with every cluster size (1 to 16 blocks, more blocks than buckets
+    included) and a few warp counts gives the simple path's bits: ragged lengths, random starts,
+    ties, duplicates (unique indices), overflowing distances, N not a multiple of a bucket."""
+    if case == "clustered":  # dense blobs far apart: most buckets skipped, a few updated often
+        centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
+        which = torch.randint(0, 6, (3, N), generator=gen)
+        blobs = torch.randn(3, N, 3, generator=gen, dtype=torch.float64) * 0.05
+        xyz = (torch.gather(centres, 1, which[..., None].expand(-1, -1, 3)) + blobs).to(dtype)
+        lengths = random_lengths(3, N, gen)
+        lengths[0] = N
+        start = torch.randint(0, max(N, 1), (3,), generator=gen) % lengths.clamp(min=1)
+    else:
+        xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
+    cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
+    args = (xyz.cuda(), npoint, lengths.cuda(), start.cuda())
+    for blocks, warps in [(0, 0), (1, 0), (2, 0), (4, 3), (8, 0), (16, 0), (16, 1)]:
+        try:
+            gpu = fps_variant(*args, variant="cluster_bucket", blocks=blocks, warps=warps)
+        except ValueError:  # the slice does not fit one block's shared memory (large N, few blocks)
+            assert N >= 10_000 and blocks in (1, 2, 4), (blocks, warps)
+            continue
+        assert_equal(gpu[0], cpu[0], what=f"idx blocks={blocks} warps={warps}")
+        assert_equal(gpu[1], cpu[1], what=f"dist2 blocks={blocks} warps={warps}")
+
+
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
+@pytest.mark.parametrize("blocks,warps,N", [(2, 0, 700), (16, 2, 700), (16, 0, 100), (3, 1, 2000)])
+def test_cuda_sanitizer_cluster_bucket_shapes(cuda, gen, blocks, warps, N):
+    """Distributed shared memory and the split cluster barrier under the sanitizer; (16, 0, 100):
+    blocks that own no bucket."""
+    xyz, lengths, start = _path_inputs("duplicates", 3, N, gen, torch.float32)
+    got = fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant="cluster_bucket",
+                      blocks=blocks, warps=warps)
+    want = fps_variant(xyz, 200, lengths, start, variant="simple")
+    assert_equal(got[0], want[0], what="idx")
+    assert_equal(got[1], want[1], what="dist2")
+
+
+def test_cluster_bucket_shape_arguments_are_checked(gen):
+    with pytest.raises(ValueError, match=r"blocks / warps \(0-16\) only shape the cluster_bucket path"):
+        fps_variant(torch.rand(1, 10, 3), 4, variant="bucket", blocks=2)
+    with pytest.raises(ValueError, match=r"only shape the cluster_bucket path"):
+        fps_variant(torch.rand(1, 10, 3), 4, variant="cluster_bucket", blocks=17)
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
