@@ -26,13 +26,15 @@ SIZES = {"F1": (32, 1024, 512), "F2": (16, 4096, 1024), "F3": (8, 16384, 4096),
          "F4": (6, 10000, 1000), "F5": (6, 10000, 10000), "F6": (1, 200_000, 20_000)}
 SCANS = os.path.join(os.path.dirname(HERE), ".data", "scans")
 
-# (label, variant, blocks, warps) tried on each row; paths that refuse a size print "-"
-PATHS = [("block", "block", 0, 0), ("bucket", "bucket", 0, 0), ("grid", "grid", 0, 0),
-         ("cb 0/0", "cluster_bucket", 0, 0), ("cb 1/0", "cluster_bucket", 1, 0),
-         ("cb 2/0", "cluster_bucket", 2, 0), ("cb 4/0", "cluster_bucket", 4, 0),
-         ("cb 8/0", "cluster_bucket", 8, 0), ("cb 16/0", "cluster_bucket", 16, 0),
-         ("cb 8/4", "cluster_bucket", 8, 4), ("cb 16/4", "cluster_bucket", 16, 4),
-         ("cb 16/8", "cluster_bucket", 16, 8)]
+# (label, variant, blocks, warps, exchange) tried on each row; paths that refuse a size print
+# "-". "cbx": exchange 1 (pushed samples and step flags instead of the cluster barrier)
+PATHS = [("block", "block", 0, 0, 0), ("bucket", "bucket", 0, 0, 0), ("grid", "grid", 0, 0, 0),
+         ("cb 0/0", "cluster_bucket", 0, 0, 0), ("cb 1/0", "cluster_bucket", 1, 0, 0),
+         ("cb 2/0", "cluster_bucket", 2, 0, 0), ("cb 4/0", "cluster_bucket", 4, 0, 0),
+         ("cb 8/0", "cluster_bucket", 8, 0, 0), ("cb 16/0", "cluster_bucket", 16, 0, 0),
+         ("cb 16/4", "cluster_bucket", 16, 4, 0), ("cbx 2/0", "cluster_bucket", 2, 0, 1),
+         ("cbx 4/0", "cluster_bucket", 4, 0, 1), ("cbx 8/0", "cluster_bucket", 8, 0, 1),
+         ("cbx 16/0", "cluster_bucket", 16, 0, 1), ("cbx 16/4", "cluster_bucket", 16, 4, 1)]
 
 
 def row_inputs(name, gen):
@@ -94,18 +96,19 @@ def main():
         auto = pcops.furthest_point_sample(xyz, npoint, lengths, return_dist2=True)
         cells = [name, f"{time_ms(lambda: pcops.furthest_point_sample(xyz, npoint, lengths), reps, flush):.3f}"
                  + ("" if torch.equal(auto[0], ref[0]) and torch.equal(auto[1], ref[1]) else " DIFFERS")]
-        for label, variant, blocks, warps in paths:
+        for label, variant, blocks, warps, exchange in paths:
             if variant == "grid" and N < 100_000:
                 cells.append("-")  # tens of ms on small clouds: not a candidate
                 continue
             try:
-                got = fps_variant(xyz, npoint, lengths, variant=variant, blocks=blocks, warps=warps)
+                got = fps_variant(xyz, npoint, lengths, variant=variant, blocks=blocks, warps=warps,
+                                  exchange=exchange)
             except (ValueError, RuntimeError) as e:
                 cells.append("-" if isinstance(e, ValueError) else f"ERR {str(e)[:60]}")
                 continue
             same = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
             t = time_ms(lambda: fps_variant(xyz, npoint, lengths, variant=variant, blocks=blocks,
-                                            warps=warps), reps, flush)
+                                            warps=warps, exchange=exchange), reps, flush)
             cells.append(f"{t:.3f}" + ("" if same else " DIFFERS"))
         lines.append(" | ".join(cells))
         print(lines[-1], flush=True)

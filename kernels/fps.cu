@@ -706,6 +706,21 @@ __device__ __forceinline__ void cluster_wait_acquire() {
 #endif
 }
 
+// A flag in (distributed) shared memory, through a generic address: store with release and
+// load with acquire semantics at cluster scope.
+__device__ __forceinline__ void store_release_cluster(unsigned* flag, unsigned value) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.release.cluster.u32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
+#endif
+}
+__device__ __forceinline__ unsigned load_acquire_cluster(const unsigned* flag) {
+    unsigned value = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.acquire.cluster.u32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
+#endif
+    return value;
+}
+
 // A bucket a lane keeps: its box, its farthest (temp, index) and that point's local position.
 template <typename T>
 struct SmemBucket {
@@ -718,11 +733,13 @@ __global__ void __launch_bounds__(512)
 fps_cluster_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
                           const int64_t* __restrict__ start, int64_t N, int64_t npoint,
                           const BucketPoint<T>* __restrict__ sorted, int ppl, int local_points,
-                          int64_t* __restrict__ idx, T* __restrict__ dist2) {
+                          int exchange, int64_t* __restrict__ idx, T* __restrict__ dist2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(16) unsigned char fps_smem[];
     __shared__ ClusterSample<T> warp_samples[2][16];  // by step parity
-    __shared__ ClusterSample<T> block_sample[2];      // this block's, by step parity
+    __shared__ ClusterSample<T> block_sample[2];      // exchange 0: this block's, by step parity
+    __shared__ ClusterSample<T> inbox[2][16];         // exchange 1: block r's sample, by parity
+    __shared__ unsigned inbox_step[16];               //             the last step block r sent
 
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = (int)cluster.block_rank();
@@ -752,7 +769,13 @@ fps_cluster_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__
             sp.idx[q] = INT_MAX;
         }
     }
-    __syncthreads();  // the lanes read other threads' points for their boxes
+    if (threadIdx.x < 16) inbox_step[threadIdx.x] = 0;
+    if (C > 1 && exchange == 1) {  // every block runs and its inbox_step is 0 before any push
+        cluster_arrive_release();
+        cluster_wait_acquire();
+    } else {
+        __syncthreads();  // the lanes read other threads' points for their boxes
+    }
 
     SmemBucket<T> bk[SLOTS];
 #pragma unroll
@@ -820,13 +843,30 @@ fps_cluster_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__
         Candidate<T> c = lane < warps ? warp_samples[parity][lane].c : no_candidate<T>();
         ClusterSample<T> win = warp_samples[parity][warp_argmax(c)];
         if (C > 1) {
-            // block_sample[parity] is rewritten at step j + 2, after every block passed the
-            // cluster barrier of step j + 1, so after every reader of step j read it
-            if (threadIdx.x == 0) block_sample[parity] = win;
-            cluster_arrive_release();
-            cluster_wait_acquire();
             ClusterSample<T> o = {no_candidate<T>(), T(0), T(0), T(0)};
-            if (lane < C) o = *cluster.map_shared_rank(&block_sample[parity], lane);
+            if (exchange == 0) {
+                // block_sample[parity] is rewritten at step j + 2, after every block passed the
+                // cluster barrier of step j + 1, so after every reader of step j read it
+                if (threadIdx.x == 0) block_sample[parity] = win;
+                cluster_arrive_release();
+                cluster_wait_acquire();
+                if (lane < C) o = *cluster.map_shared_rank(&block_sample[parity], lane);
+            } else {
+                // push: lane r of warp 0 writes the sample into block r's inbox and then, with
+                // release, the step; every warp waits (acquire) for each block's step >= j and
+                // reads its own inbox. Block r rewrites inbox[parity] at step j + 2, which needs
+                // this block's sample of step j + 1, sent after this block read step j.
+                if (w == 0 && lane < C) {
+                    *cluster.map_shared_rank(&inbox[parity][rank], lane) = win;
+                    store_release_cluster(cluster.map_shared_rank(&inbox_step[rank], lane),
+                                          (unsigned)j);
+                }
+                if (lane < C) {
+                    while (load_acquire_cluster(&inbox_step[lane]) < (unsigned)j) {
+                    }
+                    o = inbox[parity][lane];
+                }
+            }
             c = o.c;
             const int from = warp_argmax(c);
             win.c = c;
@@ -1011,11 +1051,11 @@ cudaError_t cluster_bucket_attributes(const pcops_fps_cuda_plan* p) {
 // sort), or the device has no clusters.
 template <typename T>
 bool plan_cluster_bucket(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N,
-                         int blocks, int warps) {
+                         int blocks, int warps, int exchange) {
     if (d.major < 9 || B * N > INT_MAX || B > INT_MAX / 16) return false;
     const int64_t S = 32, buckets = ((N > 0 ? N : 1) + S - 1) / S;
     const int64_t per_point = 4 * sizeof(T) + sizeof(int);
-    const int64_t cap = ((int64_t)d.smem_optin - 2048) / per_point;  // 2 KiB for the static slots
+    const int64_t cap = ((int64_t)d.smem_optin - 8192) / per_point;  // 8 KiB: the static slots
     if (blocks == 0) {
         blocks = 1;
         while (blocks < 16 && (buckets + blocks - 1) / blocks * S > cap) blocks *= 2;
@@ -1035,6 +1075,7 @@ bool plan_cluster_bucket(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int
     p->clouds_per_block = 1;
     p->blocks_per_cloud = blocks;
     p->blocks = B * blocks;
+    p->cluster_exchange = exchange;
     // the kernel holds sm_90 code (its body is empty otherwise) and a cluster of this shape
     // with this shared memory fits the device
     int clusters = 0;
@@ -1163,7 +1204,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         // CLUSTER_BUCKET with the fewest blocks that hold them.
         pcops_fps_cuda_plan c = *p;
         c.variant = PCOPS_FPS_CLUSTER_BUCKET;
-        if (N > block_cap && plan_cluster_bucket<T>(&c, d, B, N, 0, 0)) {
+        if (N > block_cap && plan_cluster_bucket<T>(&c, d, B, N, 0, 0, 0)) {
             *p = c;
             return cudaSuccess;
         }
@@ -1190,7 +1231,9 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         return ok ? cudaSuccess : cudaErrorInvalidValue;
     }
     // CLUSTER_BUCKET's shape may be forced (benchmarks): variant + 256 * blocks + 65536 * warps
+    // + 2**24 * exchange
     const int forced_blocks = (variant >> 8) & 0xff, forced_warps = (variant >> 16) & 0xff;
+    const int exchange = (variant >> 24) & 0x7f;
     variant &= 0xff;
     p->variant = variant;
     bool ok = false;
@@ -1208,7 +1251,8 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         case PCOPS_FPS_GRID: ok = plan_grid<T>(p, d, N); break;
         case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N); break;
         case PCOPS_FPS_CLUSTER_BUCKET:
-            ok = plan_cluster_bucket<T>(p, d, B, N, forced_blocks, forced_warps);
+            ok = exchange <= 1 &&
+                 plan_cluster_bucket<T>(p, d, B, N, forced_blocks, forced_warps, exchange);
             break;
     }
     return ok ? cudaSuccess : cudaErrorInvalidValue;
@@ -1332,7 +1376,7 @@ cudaError_t run_cluster_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s
         config.numAttrs = 1;
         return cudaLaunchKernelEx(&config, kernel, xyz, lengths, start, N, npoint,
                                   (const BucketPoint<T>*)s.sorted, p->points_per_thread,
-                                  local_points, idx, dist2);
+                                  local_points, p->cluster_exchange, idx, dist2);
     });
 }
 

@@ -108,7 +108,8 @@ typedef enum pcops_fps_variant {
     PCOPS_FPS_CLUSTER_BUCKET = 8, /* CUDA (sm_90): the same buckets in the shared memory of a
                               cluster of 1-16 blocks per cloud (clouds up to ~180k float points).
                               pcops_fps_cuda_make_plan also takes variant + 256 * blocks +
-                              65536 * warps to force its shape (0: by size) */
+                              65536 * warps + 2**24 * exchange to force its shape (0: by
+                              size; exchange 0: cluster barrier, 1: pushed samples, flags) */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */
@@ -298,6 +299,7 @@ typedef struct pcops_fps_cuda_plan {
     int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
     int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
     int blocks_per_cloud;   /* CLUSTER, CLUSTER_BUCKET: the cluster size; GRID: the grid */
+    int cluster_exchange;   /* CLUSTER_BUCKET: 0 cluster barrier, 1 pushed samples and flags */
     int64_t blocks;         /* blocks launched */
     pcops_dtype dtype;
     int64_t B, N;

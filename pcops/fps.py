@@ -96,18 +96,21 @@ CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket", "cluste
 
 def _furthest_point_sample_variant(xyz: Tensor, npoint: int, lengths: Optional[Tensor] = None,
                                    start: Optional[Tensor] = None, variant: str = "auto",
-                                   blocks: int = 0, warps: int = 0):
+                                   blocks: int = 0, warps: int = 0, exchange: int = 0):
     """furthest_point_sample forced through one path ("simple", "tree" on the CPU; "simple",
     "warp", "block", "cluster", "grid", "bucket", "cluster_bucket" on CUDA). Returns (idx, dist2).
     For "cluster_bucket", ``blocks`` (1-16, the cluster size) and ``warps`` (1-16 per block)
-    force its shape; 0 chooses by size. A path that cannot take the sizes on this device raises
+    force its shape; 0 chooses by size; ``exchange`` how its blocks swap their candidates each
+    step (0: a cluster barrier, 1: each block pushes its candidate and a step flag into the
+    others' shared memory). A path that cannot take the sizes on this device raises
     ValueError."""
     code = FPS_VARIANTS[variant]
-    if blocks or warps:
-        if variant != "cluster_bucket" or not (0 <= blocks <= 16 and 0 <= warps <= 16):
-            raise ValueError("pcops.furthest_point_sample: blocks / warps (0-16) only shape the "
-                             f"cluster_bucket path, got variant={variant!r}, blocks={blocks}, warps={warps}")
-        code += 256 * blocks + 65536 * warps
+    if blocks or warps or exchange:
+        if variant != "cluster_bucket" or not (0 <= blocks <= 16 and 0 <= warps <= 16 and exchange in (0, 1)):
+            raise ValueError("pcops.furthest_point_sample: blocks / warps (0-16) and exchange (0, 1) "
+                             f"only shape the cluster_bucket path, got variant={variant!r}, "
+                             f"blocks={blocks}, warps={warps}, exchange={exchange}")
+        code += 256 * blocks + 65536 * warps + (1 << 24) * exchange
     return torch.ops.pcops._furthest_point_sample_variant.default(xyz, npoint, lengths, start, code)
 
 

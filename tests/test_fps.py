@@ -563,7 +563,8 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype
         else:
             xyz[..., 1:] = 0.25
     cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
-    shapes = [{}] if variant == "bucket" else [{"blocks": 1}, {"blocks": 4}, {"blocks": 16, "warps": 2}]
+    shapes = [{}] if variant == "bucket" else [{"blocks": 1}, {"blocks": 4}, {"blocks": 16, "warps": 2},
+                                               {"blocks": 8, "exchange": 1}]
     for shape in shapes:
         gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant=variant, **shape)
         assert_equal(gpu[0], cpu[0], what=f"idx {shape}")
@@ -613,31 +614,34 @@ def test_cuda_cluster_bucket_every_shape_equals_cpu(cuda, gen, case, N, npoint, 
         xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
     cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
     args = (xyz.cuda(), npoint, lengths.cuda(), start.cuda())
-    for blocks, warps in [(0, 0), (1, 0), (2, 0), (4, 3), (8, 0), (16, 0), (16, 1)]:
+    for blocks, warps, exchange in [(0, 0, 0), (1, 0, 0), (2, 0, 0), (4, 3, 0), (8, 0, 0), (16, 0, 0),
+                                    (16, 1, 0), (2, 0, 1), (4, 3, 1), (16, 0, 1)]:
         try:
-            gpu = fps_variant(*args, variant="cluster_bucket", blocks=blocks, warps=warps)
+            gpu = fps_variant(*args, variant="cluster_bucket", blocks=blocks, warps=warps,
+                              exchange=exchange)
         except ValueError:  # the slice does not fit one block's shared memory (large N, few blocks)
             assert N >= 10_000 and blocks in (1, 2, 4), (blocks, warps)
             continue
-        assert_equal(gpu[0], cpu[0], what=f"idx blocks={blocks} warps={warps}")
-        assert_equal(gpu[1], cpu[1], what=f"dist2 blocks={blocks} warps={warps}")
+        assert_equal(gpu[0], cpu[0], what=f"idx blocks={blocks} warps={warps} exchange={exchange}")
+        assert_equal(gpu[1], cpu[1], what=f"dist2 blocks={blocks} warps={warps} exchange={exchange}")
 
 
 @pytest.mark.sanitizer
+@pytest.mark.parametrize("exchange", [0, 1])
 @pytest.mark.parametrize("blocks,warps,N", [(2, 0, 700), (16, 2, 700), (16, 0, 100), (3, 1, 2000)])
-def test_cuda_sanitizer_cluster_bucket_shapes(cuda, gen, blocks, warps, N):
+def test_cuda_sanitizer_cluster_bucket_shapes(cuda, gen, blocks, warps, N, exchange):
     """Distributed shared memory and the split cluster barrier under the sanitizer; (16, 0, 100):
     blocks that own no bucket."""
     xyz, lengths, start = _path_inputs("duplicates", 3, N, gen, torch.float32)
     got = fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant="cluster_bucket",
-                      blocks=blocks, warps=warps)
+                      blocks=blocks, warps=warps, exchange=exchange)
     want = fps_variant(xyz, 200, lengths, start, variant="simple")
     assert_equal(got[0], want[0], what="idx")
     assert_equal(got[1], want[1], what="dist2")
 
 
 def test_cluster_bucket_shape_arguments_are_checked(gen):
-    with pytest.raises(ValueError, match=r"blocks / warps \(0-16\) only shape the cluster_bucket path"):
+    with pytest.raises(ValueError, match=r"blocks / warps \(0-16\) and exchange \(0, 1\) only shape the cluster_bucket path"):
         fps_variant(torch.rand(1, 10, 3), 4, variant="bucket", blocks=2)
     with pytest.raises(ValueError, match=r"only shape the cluster_bucket path"):
         fps_variant(torch.rand(1, 10, 3), 4, variant="cluster_bucket", blocks=17)
