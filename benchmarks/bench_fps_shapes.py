@@ -29,6 +29,8 @@ SCANS = os.path.join(os.path.dirname(HERE), ".data", "scans")
 # (label, variant, blocks, warps, exchange) tried on each row; paths that refuse a size print
 # "-". "cbx": exchange 1 (pushed samples and step flags instead of the cluster barrier)
 PATHS = [("block", "block", 0, 0, 0), ("bucket", "bucket", 0, 0, 0), ("grid", "grid", 0, 0, 0),
+         ("lane", "bucket_lane", 0, 0, 0), ("lane8", "bucket_lane", 8, 0, 0),
+         ("lane32", "bucket_lane", 32, 0, 0),
          ("cb 0/0", "cluster_bucket", 0, 0, 0), ("cb 1/0", "cluster_bucket", 1, 0, 0),
          ("cb 2/0", "cluster_bucket", 2, 0, 0), ("cb 4/0", "cluster_bucket", 4, 0, 0),
          ("cb 8/0", "cluster_bucket", 8, 0, 0), ("cb 16/0", "cluster_bucket", 16, 0, 0),
@@ -100,15 +102,15 @@ def main():
             if variant == "grid" and N < 100_000:
                 cells.append("-")  # tens of ms on small clouds: not a candidate
                 continue
+            shape = ({"bucket_points": blocks} if variant == "bucket_lane" else
+                     {"blocks": blocks, "warps": warps, "exchange": exchange})
             try:
-                got = fps_variant(xyz, npoint, lengths, variant=variant, blocks=blocks, warps=warps,
-                                  exchange=exchange)
+                got = fps_variant(xyz, npoint, lengths, variant=variant, **shape)
             except (ValueError, RuntimeError) as e:
                 cells.append("-" if isinstance(e, ValueError) else f"ERR {str(e)[:60]}")
                 continue
             same = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
-            t = time_ms(lambda: fps_variant(xyz, npoint, lengths, variant=variant, blocks=blocks,
-                                            warps=warps, exchange=exchange), reps, flush)
+            t = time_ms(lambda: fps_variant(xyz, npoint, lengths, variant=variant, **shape), reps, flush)
             cells.append(f"{t:.3f}" + ("" if same else " DIFFERS"))
         lines.append(" | ".join(cells))
         print(lines[-1], flush=True)

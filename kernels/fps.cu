@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "geometry.h"
 
@@ -557,11 +558,14 @@ struct Sample {
 // Dynamic shared memory: the coordinates of each bucket's candidate (3 * buckets T), written
 // and read only by the warp that owns the bucket. (Updating several flagged buckets of a warp
 // together, their loads in flight at once, measured slower on the H100 for KITTI: registers.)
-template <typename T, int SLOTS>
+// LANE (BUCKET_LANE): a lane updates its own flagged buckets alone, point after point, so the
+// flagged buckets of a warp are updated at the same time and no warp reduction follows each
+// one; LANE = false: the warp updates its flagged buckets one after another, a point a lane.
+template <typename T, int SLOTS, bool LANE>
 __global__ void __launch_bounds__(512)
 fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
                   const int64_t* __restrict__ start, int64_t N, int64_t npoint,
-                  const BucketPoint<T>* __restrict__ sorted, T* __restrict__ temp_ws, int ppl,
+                  const BucketPoint<T>* __restrict__ sorted, T* __restrict__ temp_ws, int S,
                   int64_t* __restrict__ idx, T* __restrict__ dist2) {
     extern __shared__ __align__(16) unsigned char fps_smem[];
     __shared__ Sample<T> samples[2][16];  // the warps' candidates, by step parity
@@ -573,7 +577,7 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     T* temp = temp_ws + b * N;
     pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
     if (row.n_out == 0) return;
-    const int S = 32 * ppl;  // points per bucket; sorted positions < L are the valid points
+    // S points per bucket; sorted positions < L are the valid points
     const int buckets = (row.L + S - 1) / S;
 
     for (int p = threadIdx.x; p < row.L; p += blockDim.x) temp[p] = T(INFINITY);
@@ -618,7 +622,26 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
             const int k = (s * 32 + lane) * warps + w;
             const T m = bk[s].dist2_to(cx, cy, cz);
             const bool update = k < buckets && (!(m >= bk[s].best.value) || m == T(0));
-            for (unsigned mask = __ballot_sync(0xffffffffu, update); mask; mask &= mask - 1) {
+            if constexpr (LANE) {
+                if (update) {
+                    Candidate<T> c = no_candidate<T>();
+                    T px = 0, py = 0, pz = 0;
+                    const int end = min(row.L, (k + 1) * S);
+#pragma unroll 2
+                    for (int p = k * S; p < end; ++p) {
+                        const BucketPoint<T> q = pts[p];
+                        const T d = fps_dist2(q.x, q.y, q.z, cx, cy, cz);
+                        T t = q.idx == cur ? T(-1) : temp[p];
+                        t = d < t ? d : t;
+                        temp[p] = t;
+                        const Candidate<T> o = {t, q.idx};
+                        if (farther(o, c)) c = o, px = q.x, py = q.y, pz = q.z;
+                    }
+                    bk[s].best = c;
+                    bucket_xyz[3 * k] = px, bucket_xyz[3 * k + 1] = py, bucket_xyz[3 * k + 2] = pz;
+                }
+            }
+            for (unsigned mask = LANE ? 0u : __ballot_sync(0xffffffffu, update); mask; mask &= mask - 1) {
                 const int owner = __ffs(mask) - 1;
                 const int ko = (s * 32 + owner) * warps + w;
                 Candidate<T> c = no_candidate<T>();
@@ -984,19 +1007,22 @@ void plan_slice(pcops_fps_cuda_plan* p, int64_t per_block, int prefer) {
 // BUCKET: buckets of 32 * ppl points, at most 4096 per cloud (16 warps of 32 lanes with 8
 // slots each; 2048 and 4 for double); 1 to 16 warps, 1, 2, 4 or 8 slots per lane. Sorted positions are int and cub
 // sorts an int count of items: B * N <= INT_MAX.
+// BUCKET_LANE: the same with buckets of 16 points and more (a lane updates a bucket alone).
+// `points` forces the smallest bucket size (BUCKET_LANE: 8, 16, 32, 64; 0: 16).
 template <typename T>
-bool plan_bucket(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
+bool plan_bucket(pcops_fps_cuda_plan* p, int64_t B, int64_t N, bool lane, int points = 0) {
     if (B * N > INT_MAX) return false;
     const int max_slots = sizeof(T) == 4 ? 8 : 4;  // without spilling (-Xptxas -v, sm_90)
     const int64_t Np = N > 0 ? N : 1;
-    int64_t ppl = 1;
-    while ((Np + 32 * ppl - 1) / (32 * ppl) > 16 * 32 * max_slots) ppl *= 2;
-    const int64_t buckets = (Np + 32 * ppl - 1) / (32 * ppl);
+    int64_t S = lane ? (points ? points : 16) : 32;
+    while ((Np + S - 1) / S > 16 * 32 * max_slots) S *= 2;
+    const int64_t buckets = (Np + S - 1) / S;
     const int warps = (int)std::min<int64_t>(16, (buckets + 31) / 32);
     int slots = 1;
     while ((int64_t)slots * 32 * warps < buckets) slots *= 2;
     if (slots > max_slots) return false;
-    p->points_per_thread = (int)ppl;
+    p->points_per_thread = (int)std::max<int64_t>(1, S / 32);
+    p->bucket_points = (int)S;
     p->bucket_slots = slots;
     p->warps_per_cloud = warps;
     p->threads = 32 * warps;
@@ -1200,14 +1226,6 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         // one huge cloud (200k points and up): the whole grid (200k -> 20k: 51 ms vs 56).
         // Clusters and the grid also take what the buckets cannot (B * N > 2**31 - 1).
         const int64_t block_cap = sizeof(T) == 4 ? 8192 : 4096;  // see plan_group
-        // PROVISIONAL (not measured yet): clouds that fit 16 blocks' shared memory take
-        // CLUSTER_BUCKET with the fewest blocks that hold them.
-        pcops_fps_cuda_plan c = *p;
-        c.variant = PCOPS_FPS_CLUSTER_BUCKET;
-        if (N > block_cap && plan_cluster_bucket<T>(&c, d, B, N, 0, 0, 0)) {
-            *p = c;
-            return cudaSuccess;
-        }
         if (N <= 512) variant = PCOPS_FPS_WARP;
         else if (N <= block_cap) variant = PCOPS_FPS_BLOCK;
         else if (B * N <= INT_MAX && !(B == 1 && N > 150000)) variant = PCOPS_FPS_BUCKET;
@@ -1221,7 +1239,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             case PCOPS_FPS_BLOCK: ok = plan_group<T>(&q, B, N, variant); break;
             case PCOPS_FPS_CLUSTER: ok = plan_cluster<T>(&q, d, B, N, 8); break;
             case PCOPS_FPS_GRID: ok = plan_grid<T>(&q, d, N); break;
-            case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(&q, B, N); break;
+            case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(&q, B, N, false); break;
         }
         if (!ok) {  // e.g. no clusters on this device: the reference path takes any size
             q.variant = PCOPS_FPS_SIMPLE;
@@ -1249,7 +1267,13 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             break;
         }
         case PCOPS_FPS_GRID: ok = plan_grid<T>(p, d, N); break;
-        case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N); break;
+        case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N, false); break;
+        case PCOPS_FPS_BUCKET_LANE:  // variant + 256 * points per bucket (8 to 64; 0: 16)
+            ok = (forced_blocks == 0 || forced_blocks == 8 || forced_blocks == 16 ||
+                  forced_blocks == 32 || forced_blocks == 64) &&
+                 forced_warps == 0 && exchange == 0 &&
+                 plan_bucket<T>(p, B, N, true, forced_blocks);
+            break;
         case PCOPS_FPS_CLUSTER_BUCKET:
             ok = exchange <= 1 &&
                  plan_cluster_bucket<T>(p, d, B, N, forced_blocks, forced_warps, exchange);
@@ -1279,8 +1303,9 @@ size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
     *s = {};
     pcops_carver w = pcops_carver_init(base);
     const int64_t items = p->B * p->N;
-    const bool bucket = p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_CLUSTER_BUCKET;
-    if (p->points_per_thread == 0 || p->variant == PCOPS_FPS_BUCKET) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
+    const bool global_buckets = p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_LANE;
+    const bool bucket = global_buckets || p->variant == PCOPS_FPS_CLUSTER_BUCKET;
+    if (p->points_per_thread == 0 || global_buckets) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
     if (p->variant == PCOPS_FPS_GRID)
         s->slots = (Candidate<T>*)pcops_carve(&w, 2 * p->blocks, sizeof(Candidate<T>));
     if (bucket) {
@@ -1329,7 +1354,7 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
                        int64_t npoint, int64_t* idx, T* dist2, cudaStream_t stream) {
     cudaError_t err = sort_buckets<T>(s, xyz, lengths, B, N, stream);
     if (err != cudaSuccess) return err;
-    const int64_t S = 32 * (int64_t)p->points_per_thread;
+    const int64_t S = p->bucket_points;
     const size_t smem = (size_t)3 * ((N + S - 1) / S) * sizeof(T);  // <= 48 KiB (4096 float buckets)
     auto launch = [&](auto kernel) {
         // with the kernel's static shared memory, 48 KiB of dynamic needs the opt-in
@@ -1337,18 +1362,23 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
                                                (int)smem);
         if (err != cudaSuccess) return err;
         kernel<<<(unsigned)B, p->threads, smem, stream>>>(xyz, lengths, start, N, npoint, s.sorted,
-                                                      s.temp, p->points_per_thread, idx, dist2);
+                                                      s.temp, (int)S, idx, dist2);
         return cudaGetLastError();
     };
-    switch (p->bucket_slots) {
-        case 1: return launch(fps_bucket_kernel<T, 1>);
-        case 2: return launch(fps_bucket_kernel<T, 2>);
-        case 4: return launch(fps_bucket_kernel<T, 4>);
-        case 8:
-            if constexpr (sizeof(T) == 4) return launch(fps_bucket_kernel<T, 8>);
-            return cudaErrorInvalidValue;
-        default: return cudaErrorInvalidValue;
-    }
+    auto by_slots = [&](auto lane) -> cudaError_t {
+        constexpr bool LANE = decltype(lane)::value;
+        switch (p->bucket_slots) {
+            case 1: return launch(fps_bucket_kernel<T, 1, LANE>);
+            case 2: return launch(fps_bucket_kernel<T, 2, LANE>);
+            case 4: return launch(fps_bucket_kernel<T, 4, LANE>);
+            case 8:
+                if constexpr (sizeof(T) == 4) return launch(fps_bucket_kernel<T, 8, LANE>);
+                return cudaErrorInvalidValue;
+            default: return cudaErrorInvalidValue;
+        }
+    };
+    return p->variant == PCOPS_FPS_BUCKET_LANE ? by_slots(std::true_type{})
+                                               : by_slots(std::false_type{});
 }
 
 // CLUSTER_BUCKET: the sort, then a cluster of blocks_per_cloud blocks per cloud.
@@ -1387,7 +1417,7 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
     Scratch<T> s;
     plan_layout<T>(p, workspace, &s);
     if (p->workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-    if (p->variant == PCOPS_FPS_BUCKET)
+    if (p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_LANE)
         return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
     if (p->variant == PCOPS_FPS_CLUSTER_BUCKET)
         return run_cluster_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
@@ -1442,8 +1472,8 @@ extern "C" cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, in
                                                 pcops_fps_cuda_plan* plan) {
     if (!plan || B < 0 || N < 0 || N > INT_MAX || npoint < 1) return cudaErrorInvalidValue;
     const int path = variant & 0xff;  // CLUSTER_BUCKET: shape in the higher bits (make_plan)
-    if (variant < 0 || path > PCOPS_FPS_CLUSTER_BUCKET || path == PCOPS_FPS_TREE ||
-        (path != PCOPS_FPS_CLUSTER_BUCKET && variant != path))
+    if (variant < 0 || path > PCOPS_FPS_BUCKET_LANE || path == PCOPS_FPS_TREE ||
+        (path != PCOPS_FPS_CLUSTER_BUCKET && path != PCOPS_FPS_BUCKET_LANE && variant != path))
         return cudaErrorInvalidValue;
     pcops_fps_cuda_plan p = {};
     p.dtype = dtype;

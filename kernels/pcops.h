@@ -110,6 +110,9 @@ typedef enum pcops_fps_variant {
                               pcops_fps_cuda_make_plan also takes variant + 256 * blocks +
                               65536 * warps + 2**24 * exchange to force its shape (0: by
                               size; exchange 0: cluster barrier, 1: pushed samples, flags) */
+    PCOPS_FPS_BUCKET_LANE = 9, /* CUDA: BUCKET with buckets of 16+ points, each flagged bucket
+                              updated by one lane alone (no warp reduction per bucket);
+                              variant + 256 * S forces buckets of S = 8, 16, 32, 64 points */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */
@@ -296,6 +299,7 @@ typedef struct pcops_fps_cuda_plan {
                                (CLUSTER_)BUCKET: points per lane of a bucket (a bucket is 32
                                times that) */
     int bucket_slots;       /* (CLUSTER_)BUCKET: buckets each lane keeps (box and candidate) */
+    int bucket_points;      /* BUCKET, BUCKET_LANE: points per bucket */
     int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
     int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
     int blocks_per_cloud;   /* CLUSTER, CLUSTER_BUCKET: the cluster size; GRID: the grid */

@@ -497,7 +497,8 @@ CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096}}
 
 
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket",
+                                     "bucket_lane"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
                                       (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
@@ -518,7 +519,7 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "cluster_bucket"])
+@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "cluster_bucket", "bucket_lane"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     """A cloud too large for registers (temp in the workspace) on the cluster and grid paths;
@@ -542,7 +543,7 @@ def test_cuda_rejects_the_cpu_tree_variant(cuda):
         fps_variant(torch.rand(1, 10, 3, device="cuda"), 4, variant="tree")
 
 
-@pytest.mark.parametrize("variant", ["bucket", "cluster_bucket"])
+@pytest.mark.parametrize("variant", ["bucket", "cluster_bucket", "bucket_lane"])
 @pytest.mark.parametrize("case", ["huge", "nonfinite", "plane", "line"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype, variant):
@@ -563,15 +564,15 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype
         else:
             xyz[..., 1:] = 0.25
     cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
-    shapes = [{}] if variant == "bucket" else [{"blocks": 1}, {"blocks": 4}, {"blocks": 16, "warps": 2},
-                                               {"blocks": 8, "exchange": 1}]
+    shapes = [{}] if variant != "cluster_bucket" else [{"blocks": 2}, {"blocks": 4}, {"blocks": 16, "warps": 2},
+                                                       {"blocks": 8, "exchange": 1}]
     for shape in shapes:
         gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant=variant, **shape)
         assert_equal(gpu[0], cpu[0], what=f"idx {shape}")
         assert_equal(gpu[1], cpu[1], what=f"dist2 {shape}")
 
 
-@pytest.mark.parametrize("variant", ["bucket", "cluster_bucket"])
+@pytest.mark.parametrize("variant", ["bucket", "cluster_bucket", "bucket_lane"])
 def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
     """The real scans, ragged in one batch, sampled down to every point (the late steps, where
     the bucket path skips almost everything, and the tie-breaking among the last points)."""
@@ -600,7 +601,7 @@ def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_cluster_bucket_every_shape_equals_cpu(cuda, gen, case, N, npoint, dtype):
     """The cluster_bucket path with every cluster size (1 to 16 blocks, more blocks than buckets
-    included) and a few warp counts gives the simple path's bits: ragged lengths, random starts,
+    included) and a few warp counts, and bucket_lane with every bucket size, give the simple path's bits: ragged lengths, random starts,
     ties, duplicates (unique indices), overflowing distances, N not a multiple of a bucket."""
     if case == "clustered":  # dense blobs far apart: most buckets skipped, a few updated often
         centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
@@ -624,6 +625,10 @@ def test_cuda_cluster_bucket_every_shape_equals_cpu(cuda, gen, case, N, npoint, 
             continue
         assert_equal(gpu[0], cpu[0], what=f"idx blocks={blocks} warps={warps} exchange={exchange}")
         assert_equal(gpu[1], cpu[1], what=f"dist2 blocks={blocks} warps={warps} exchange={exchange}")
+    for points in (8, 16, 32, 64):  # bucket_lane, every bucket size
+        gpu = fps_variant(*args, variant="bucket_lane", bucket_points=points)
+        assert_equal(gpu[0], cpu[0], what=f"idx bucket_lane {points}")
+        assert_equal(gpu[1], cpu[1], what=f"dist2 bucket_lane {points}")
 
 
 @pytest.mark.sanitizer
@@ -641,6 +646,8 @@ def test_cuda_sanitizer_cluster_bucket_shapes(cuda, gen, blocks, warps, N, excha
 
 
 def test_cluster_bucket_shape_arguments_are_checked(gen):
+    with pytest.raises(ValueError, match=r"bucket_points \(8, 16, 32, 64\) only shapes the bucket_lane path"):
+        fps_variant(torch.rand(1, 10, 3), 4, variant="bucket_lane", bucket_points=12)
     with pytest.raises(ValueError, match=r"blocks / warps \(0-16\) and exchange \(0, 1\) only shape the cluster_bucket path"):
         fps_variant(torch.rand(1, 10, 3), 4, variant="bucket", blocks=2)
     with pytest.raises(ValueError, match=r"only shape the cluster_bucket path"):
@@ -648,7 +655,8 @@ def test_cluster_bucket_shape_arguments_are_checked(gen):
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket",
+                                     "bucket_lane"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
