@@ -1,4 +1,4 @@
-"""FPS on CUDA: the auto path against forced paths and cluster_bucket shapes, one table.
+"""FPS on CUDA: the auto path against forced paths and bucket sizes, one table.
 
     python benchmarks/bench_fps_shapes.py [--rows F1,F4,KITTI] [--reps 7] [--out FILE]
 
@@ -6,8 +6,8 @@ Rows: the issue 9 sizes F1-F6 (torch.rand clouds, seed 0) and the KITTI scan of 
 (115 384 points -> 16 384), one scan and 8 scans (KITTI and nuScenes, ragged). Every cell is
 the median of `reps` calls timed with CUDA events, each after a 256 MiB write that flushes the
 L2; every forced path is checked bit for bit (idx and dist2) against the simple path's result
-computed once per row (the bucket path for rows where simple takes seconds). "cb B/W" is
-cluster_bucket with B blocks per cloud and W warps per block (0: chosen by size).
+computed once per row (the bucket path for rows where simple takes seconds). "laneS" is
+bucket_lane with buckets of S points (more where a cloud needs more than 4096 buckets).
 """
 import argparse
 import os
@@ -26,17 +26,10 @@ SIZES = {"F1": (32, 1024, 512), "F2": (16, 4096, 1024), "F3": (8, 16384, 4096),
          "F4": (6, 10000, 1000), "F5": (6, 10000, 10000), "F6": (1, 200_000, 20_000)}
 SCANS = os.path.join(os.path.dirname(HERE), ".data", "scans")
 
-# (label, variant, blocks, warps, exchange) tried on each row; paths that refuse a size print
-# "-". "cbx": exchange 1 (pushed samples and step flags instead of the cluster barrier)
-PATHS = [("block", "block", 0, 0, 0), ("bucket", "bucket", 0, 0, 0), ("grid", "grid", 0, 0, 0),
-         ("lane", "bucket_lane", 0, 0, 0), ("lane8", "bucket_lane", 8, 0, 0),
-         ("lane32", "bucket_lane", 32, 0, 0),
-         ("cb 0/0", "cluster_bucket", 0, 0, 0), ("cb 1/0", "cluster_bucket", 1, 0, 0),
-         ("cb 2/0", "cluster_bucket", 2, 0, 0), ("cb 4/0", "cluster_bucket", 4, 0, 0),
-         ("cb 8/0", "cluster_bucket", 8, 0, 0), ("cb 16/0", "cluster_bucket", 16, 0, 0),
-         ("cb 16/4", "cluster_bucket", 16, 4, 0), ("cbx 2/0", "cluster_bucket", 2, 0, 1),
-         ("cbx 4/0", "cluster_bucket", 4, 0, 1), ("cbx 8/0", "cluster_bucket", 8, 0, 1),
-         ("cbx 16/0", "cluster_bucket", 16, 0, 1), ("cbx 16/4", "cluster_bucket", 16, 4, 1)]
+# (label, variant, bucket points) tried on each row; paths that refuse a size print "-"
+PATHS = [("block", "block", 0), ("bucket", "bucket", 0), ("grid", "grid", 0),
+         ("lane8", "bucket_lane", 8), ("lane16", "bucket_lane", 16), ("lane32", "bucket_lane", 32),
+         ("lane64", "bucket_lane", 64)]
 
 
 def row_inputs(name, gen):
@@ -98,12 +91,11 @@ def main():
         auto = pcops.furthest_point_sample(xyz, npoint, lengths, return_dist2=True)
         cells = [name, f"{time_ms(lambda: pcops.furthest_point_sample(xyz, npoint, lengths), reps, flush):.3f}"
                  + ("" if torch.equal(auto[0], ref[0]) and torch.equal(auto[1], ref[1]) else " DIFFERS")]
-        for label, variant, blocks, warps, exchange in paths:
+        for label, variant, points in paths:
             if variant == "grid" and N < 100_000:
                 cells.append("-")  # tens of ms on small clouds: not a candidate
                 continue
-            shape = ({"bucket_points": blocks} if variant == "bucket_lane" else
-                     {"blocks": blocks, "warps": warps, "exchange": exchange})
+            shape = {"bucket_points": points} if points else {}
             try:
                 got = fps_variant(xyz, npoint, lengths, variant=variant, **shape)
             except (ValueError, RuntimeError) as e:

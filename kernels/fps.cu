@@ -30,6 +30,9 @@
  *            codes) with a box each; a step updates only the buckets the new sample can change
  *            (a bucket whose box is as far as its largest temp keeps every temp), so late steps
  *            touch a few buckets whatever the cloud's size. Large clouds.
+ *   BUCKET_LANE  the same buckets (16 points and more), each flagged bucket updated by one lane
+ *            alone, point after point: a warp's flagged buckets are updated at once, with no
+ *            warp reduction after each.
  * Reductions use warp shuffles; candidate slots are double-buffered by step parity, so one
  * barrier per level and step suffices.
  *
@@ -682,236 +685,6 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
 }
 
 // ------------------------------------------------------------------------------------------
-// CLUSTER_BUCKET: the buckets of BUCKET (the same Morton sort, buckets of S = 32 * ppl sorted
-// points, the same box test), held in SHARED memory by a thread-block cluster per cloud
-// (C = 1 to 16 blocks; C = 1 is a plain block). Bucket k of a cloud belongs to block k % C
-// (neighbouring buckets, which a sample tends to flag together, go to different blocks and
-// then, inside a block, to different warps: local bucket kb = k / C belongs to warp kb % W,
-// lane (kb / W) % 32, slot kb / (32 W) of that lane). A block keeps its buckets' points as
-// arrays x, y, z, temp, original index (20 bytes a float point: 11k points a block, 180k a
-// cluster of 16), so a flagged bucket is updated without a trip to L2. A step: the lanes test
-// their buckets' boxes, each warp updates its flagged buckets a point a lane, a warp reduction
-// and one block barrier give the block's farthest (temp, index) with its coordinates; with
-// C > 1 it goes to a shared slot, one cluster barrier (arrive.release / wait.acquire), and
-// every warp reads the C slots through distributed shared memory (one load per lane) and
-// reduces them. The winner's coordinates travel with its candidate: no dependent load.
-
-// Shared arrays of a block's buckets: bucket kb holds the points [kb * S, (kb + 1) * S).
-template <typename T>
-struct SmemPoints {
-    T *x, *y, *z, *temp;
-    int* idx;  // original index in the cloud; INT_MAX (temp -inf) for padding past L
-
-    __device__ __forceinline__ SmemPoints(unsigned char* base, int points) {
-        x = reinterpret_cast<T*>(base);
-        y = x + points;
-        z = y + points;
-        temp = z + points;
-        idx = reinterpret_cast<int*>(temp + points);
-    }
-};
-
-// A block candidate with its coordinates (32 bytes for float: two 16-byte loads remotely).
-template <typename T>
-struct alignas(sizeof(T) == 4 ? 16 : 32) ClusterSample {
-    Candidate<T> c;
-    T x, y, z;
-};
-
-__device__ __forceinline__ void cluster_arrive_release() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait_acquire() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-
-// A flag in (distributed) shared memory, through a generic address: store with release and
-// load with acquire semantics at cluster scope.
-__device__ __forceinline__ void store_release_cluster(unsigned* flag, unsigned value) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("st.release.cluster.u32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
-#endif
-}
-__device__ __forceinline__ unsigned load_acquire_cluster(const unsigned* flag) {
-    unsigned value = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("ld.acquire.cluster.u32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
-#endif
-    return value;
-}
-
-// A bucket a lane keeps: its box, its farthest (temp, index) and that point's local position.
-template <typename T>
-struct SmemBucket {
-    Bucket<T> box;  // box and best
-    int pos;
-};
-
-template <typename T, int SLOTS>
-__global__ void __launch_bounds__(512)
-fps_cluster_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
-                          const int64_t* __restrict__ start, int64_t N, int64_t npoint,
-                          const BucketPoint<T>* __restrict__ sorted, int ppl, int local_points,
-                          int exchange, int64_t* __restrict__ idx, T* __restrict__ dist2) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    extern __shared__ __align__(16) unsigned char fps_smem[];
-    __shared__ ClusterSample<T> warp_samples[2][16];  // by step parity
-    __shared__ ClusterSample<T> block_sample[2];      // exchange 0: this block's, by step parity
-    __shared__ ClusterSample<T> inbox[2][16];         // exchange 1: block r's sample, by parity
-    __shared__ unsigned inbox_step[16];               //             the last step block r sent
-
-    cg::cluster_group cluster = cg::this_cluster();
-    const int rank = (int)cluster.block_rank();
-    const int C = (int)cluster.num_blocks();
-    const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t b = blockIdx.x / C;
-    const CloudRow<T> row(xyz, lengths, b, N, npoint, idx, dist2);
-    if (rank == 0) pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
-    if (row.n_out == 0) return;  // the whole cluster returns here: no barrier was passed
-
-    const int S = 32 * ppl;
-    const int buckets = (row.L + S - 1) / S;                          // of the cloud
-    const int local = rank < buckets ? (buckets - rank + C - 1) / C : 0;  // of this block
-    SmemPoints<T> sp(fps_smem, local_points);
-    const BucketPoint<T>* pts = sorted + b * N;
-    for (int q = threadIdx.x; q < local * S; q += blockDim.x) {
-        const int kb = q / S;
-        const int g = (kb * C + rank) * S + (q - kb * S);  // sorted position in the cloud
-        if (g < row.L) {
-            const BucketPoint<T> p = pts[g];
-            sp.x[q] = p.x, sp.y[q] = p.y, sp.z[q] = p.z;
-            sp.temp[q] = T(INFINITY);
-            sp.idx[q] = p.idx;
-        } else {  // padding: never a candidate, never `cur`
-            sp.x[q] = sp.y[q] = sp.z[q] = T(0);
-            sp.temp[q] = -T(INFINITY);
-            sp.idx[q] = INT_MAX;
-        }
-    }
-    if (threadIdx.x < 16) inbox_step[threadIdx.x] = 0;
-    if (C > 1 && exchange == 1) {  // every block runs and its inbox_step is 0 before any push
-        cluster_arrive_release();
-        cluster_wait_acquire();
-    } else {
-        __syncthreads();  // the lanes read other threads' points for their boxes
-    }
-
-    SmemBucket<T> bk[SLOTS];
-#pragma unroll
-    for (int s = 0; s < SLOTS; ++s) {
-        const int kb = (s * 32 + lane) * warps + w;
-        Bucket<T>& u = bk[s].box;
-        u.best = no_candidate<T>();
-        u.lx = u.ly = u.lz = T(INFINITY);
-        u.hx = u.hy = u.hz = -T(INFINITY);
-        bk[s].pos = -1;
-        if (kb >= local) continue;
-        for (int q = kb * S; q < (kb + 1) * S; ++q) {  // fmin / fmax pass over NaN coordinates
-            if (sp.idx[q] == INT_MAX) continue;
-            u.lx = fmin(u.lx, sp.x[q]), u.hx = fmax(u.hx, sp.x[q]);
-            u.ly = fmin(u.ly, sp.y[q]), u.hy = fmax(u.hy, sp.y[q]);
-            u.lz = fmin(u.lz, sp.z[q]), u.hz = fmax(u.hz, sp.z[q]);
-            if (sp.idx[q] < u.best.index) u.best.index = sp.idx[q], bk[s].pos = q;
-        }
-        u.best.value = T(INFINITY);  // every temp starts at +inf: the lowest index is farthest
-    }
-
-    int cur = start ? (int)pcops_positive_mod(start[b], row.L) : 0;
-    T cx, cy, cz;
-    load_point(row.cloud, cur, cx, cy, cz);
-    if (rank == 0 && threadIdx.x == 0) {
-        row.idx[0] = cur;
-        row.dist2[0] = T(0);
-    }
-    for (int64_t j = 1; j < row.n_out; ++j) {
-        const int parity = (int)(j & 1);
-        // the lane's buckets that c can change; the warp updates the flagged ones together
-        Candidate<T> best = no_candidate<T>();
-        int best_pos = -1;
-#pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            const int kb = (s * 32 + lane) * warps + w;
-            const T m = bk[s].box.dist2_to(cx, cy, cz);
-            const bool update = kb < local && (!(m >= bk[s].box.best.value) || m == T(0));
-            for (unsigned mask = __ballot_sync(0xffffffffu, update); mask; mask &= mask - 1) {
-                const int owner = __ffs(mask) - 1;
-                const int ko = (s * 32 + owner) * warps + w;
-                Candidate<T> c = no_candidate<T>();
-                int pos = -1;
-                for (int q = ko * S + lane; q < (ko + 1) * S; q += 32) {
-                    const int n = sp.idx[q];
-                    const T d = fps_dist2(sp.x[q], sp.y[q], sp.z[q], cx, cy, cz);
-                    T t = n == cur ? T(-1) : sp.temp[q];
-                    t = d < t ? d : t;
-                    sp.temp[q] = t;
-                    const Candidate<T> o = {t, n};
-                    if (farther(o, c)) c = o, pos = q;
-                }
-                pos = __shfl_sync(0xffffffffu, pos, warp_argmax(c));
-                if (lane == owner) bk[s].box.best = c, bk[s].pos = pos;
-            }
-            if (farther(bk[s].box.best, best)) best = bk[s].box.best, best_pos = bk[s].pos;
-        }
-        best_pos = __shfl_sync(0xffffffffu, best_pos, warp_argmax(best));
-        if (lane == 0)
-            warp_samples[parity][w] = {best, best_pos >= 0 ? sp.x[best_pos] : T(0),
-                                       best_pos >= 0 ? sp.y[best_pos] : T(0),
-                                       best_pos >= 0 ? sp.z[best_pos] : T(0)};
-        // one block barrier a step: warp_samples are double-buffered by parity
-        named_barrier(0, blockDim.x);
-        Candidate<T> c = lane < warps ? warp_samples[parity][lane].c : no_candidate<T>();
-        ClusterSample<T> win = warp_samples[parity][warp_argmax(c)];
-        if (C > 1) {
-            ClusterSample<T> o = {no_candidate<T>(), T(0), T(0), T(0)};
-            if (exchange == 0) {
-                // block_sample[parity] is rewritten at step j + 2, after every block passed the
-                // cluster barrier of step j + 1, so after every reader of step j read it
-                if (threadIdx.x == 0) block_sample[parity] = win;
-                cluster_arrive_release();
-                cluster_wait_acquire();
-                if (lane < C) o = *cluster.map_shared_rank(&block_sample[parity], lane);
-            } else {
-                // push: lane r of warp 0 writes the sample into block r's inbox and then, with
-                // release, the step; every warp waits (acquire) for each block's step >= j and
-                // reads its own inbox. Block r rewrites inbox[parity] at step j + 2, which needs
-                // this block's sample of step j + 1, sent after this block read step j.
-                if (w == 0 && lane < C) {
-                    *cluster.map_shared_rank(&inbox[parity][rank], lane) = win;
-                    store_release_cluster(cluster.map_shared_rank(&inbox_step[rank], lane),
-                                          (unsigned)j);
-                }
-                if (lane < C) {
-                    while (load_acquire_cluster(&inbox_step[lane]) < (unsigned)j) {
-                    }
-                    o = inbox[parity][lane];
-                }
-            }
-            c = o.c;
-            const int from = warp_argmax(c);
-            win.c = c;
-            win.x = __shfl_sync(0xffffffffu, o.x, from);
-            win.y = __shfl_sync(0xffffffffu, o.y, from);
-            win.z = __shfl_sync(0xffffffffu, o.z, from);
-        }
-        cx = win.x, cy = win.y, cz = win.z;
-        if (rank == 0 && threadIdx.x == 0) {
-            row.idx[j] = win.c.index;
-            row.dist2[j] = win.c.value;
-        }
-        cur = win.c.index;
-    }
-    if (C > 1) {  // no block may exit while another can still read its shared memory
-        cluster_arrive_release();
-        cluster_wait_acquire();
-    }
-#endif
-}
-
-// ------------------------------------------------------------------------------------------
 // launch plans
 
 // The register slot counts a plan may use: 2, 4, 8, 16 for float, 2, 4, 8 for double.
@@ -946,7 +719,7 @@ int max_threads_for(int ppt) {
 }
 
 struct Device {
-    int sms = 0, major = 0, cooperative = 0, smem_optin = 0;
+    int sms = 0, major = 0, cooperative = 0;
 };
 
 cudaError_t current_device(Device* d) {
@@ -958,8 +731,6 @@ cudaError_t current_device(Device* d) {
         err = cudaDeviceGetAttribute(&d->major, cudaDevAttrComputeCapabilityMajor, device);
     if (err == cudaSuccess)
         err = cudaDeviceGetAttribute(&d->cooperative, cudaDevAttrCooperativeLaunch, device);
-    if (err == cudaSuccess)
-        err = cudaDeviceGetAttribute(&d->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     return err;
 }
 
@@ -1030,103 +801,6 @@ bool plan_bucket(pcops_fps_cuda_plan* p, int64_t B, int64_t N, bool lane, int po
     p->blocks_per_cloud = 1;
     p->blocks = B;
     return true;
-}
-
-// CLUSTER_BUCKET: calls f(kernel) with the kernel of `slots` bucket slots per lane (1, 2, 4, 8
-// for float, 1, 2, 4 for double: no spills at 512 threads, -Xptxas -v on sm_90).
-template <typename T, typename F>
-cudaError_t with_cluster_bucket_kernel(int slots, F&& f) {
-    switch (slots) {
-        case 1: return f(fps_cluster_bucket_kernel<T, 1>);
-        case 2: return f(fps_cluster_bucket_kernel<T, 2>);
-        case 4: return f(fps_cluster_bucket_kernel<T, 4>);
-        case 8:
-            if constexpr (sizeof(T) == 4) return f(fps_cluster_bucket_kernel<T, 8>);
-            return cudaErrorInvalidValue;
-        default: return cudaErrorInvalidValue;
-    }
-}
-
-// Points of one block's buckets (every block is given the largest block's count) and the
-// dynamic shared memory they take: x, y, z, temp (T) and the original index (int) a point.
-inline int64_t cluster_bucket_local_points(const pcops_fps_cuda_plan* p) {
-    const int64_t S = 32 * (int64_t)p->points_per_thread;
-    const int64_t buckets = ((p->N > 0 ? p->N : 1) + S - 1) / S;
-    return (buckets + p->blocks_per_cloud - 1) / p->blocks_per_cloud * S;
-}
-template <typename T>
-size_t cluster_bucket_smem(const pcops_fps_cuda_plan* p) {
-    return (size_t)cluster_bucket_local_points(p) * (4 * sizeof(T) + sizeof(int));
-}
-
-// Raises the kernel's dynamic shared memory limit (and allows 16-block clusters) for a plan.
-template <typename T>
-cudaError_t cluster_bucket_attributes(const pcops_fps_cuda_plan* p) {
-    return with_cluster_bucket_kernel<T>(p->bucket_slots, [&](auto kernel) -> cudaError_t {
-        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)cluster_bucket_smem<T>(p));
-        if (err == cudaSuccess && p->blocks_per_cloud > 8)
-            err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        return err;
-    });
-}
-
-// CLUSTER_BUCKET: buckets of 32 points; `blocks` per cloud (a cluster; 0: the fewest of 1, 2,
-// 4, 8, 16 whose shared memory holds the cloud) and `warps` per block (0: one bucket per lane,
-// 1 to 16). False when the cloud does not fit 16 blocks' shared memory, B * N > 2**31 - 1 (the
-// sort), or the device has no clusters.
-template <typename T>
-bool plan_cluster_bucket(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N,
-                         int blocks, int warps, int exchange) {
-    if (d.major < 9 || B * N > INT_MAX || B > INT_MAX / 16) return false;
-    const int64_t S = 32, buckets = ((N > 0 ? N : 1) + S - 1) / S;
-    const int64_t per_point = 4 * sizeof(T) + sizeof(int);
-    const int64_t cap = ((int64_t)d.smem_optin - 8192) / per_point;  // 8 KiB: the static slots
-    if (blocks == 0) {
-        blocks = 1;
-        while (blocks < 16 && (buckets + blocks - 1) / blocks * S > cap) blocks *= 2;
-    }
-    if (blocks < 1 || blocks > 16) return false;
-    const int64_t local = (buckets + blocks - 1) / blocks;
-    if (local * S > cap) return false;
-    if (warps == 0) warps = (int)std::min<int64_t>(16, (local + 31) / 32);
-    if (warps < 1 || warps > 16) return false;
-    int slots = 1;
-    while ((int64_t)slots * 32 * warps < local) slots *= 2;
-    if (slots > (sizeof(T) == 4 ? 8 : 4)) return false;
-    p->points_per_thread = 1;
-    p->bucket_slots = slots;
-    p->warps_per_cloud = warps;
-    p->threads = 32 * warps;
-    p->clouds_per_block = 1;
-    p->blocks_per_cloud = blocks;
-    p->blocks = B * blocks;
-    p->cluster_exchange = exchange;
-    // the kernel holds sm_90 code (its body is empty otherwise) and a cluster of this shape
-    // with this shared memory fits the device
-    int clusters = 0;
-    cudaError_t err = with_cluster_bucket_kernel<T>(slots, [&](auto kernel) -> cudaError_t {
-        cudaFuncAttributes attr;
-        cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
-        if (e != cudaSuccess) return e;
-        if (attr.ptxVersion < 90) return cudaErrorInvalidValue;
-        e = cluster_bucket_attributes<T>(p);
-        if (e != cudaSuccess) return e;
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3((unsigned)blocks);
-        config.blockDim = dim3(p->threads);
-        config.dynamicSmemBytes = cluster_bucket_smem<T>(p);
-        cudaLaunchAttribute attribute[1];
-        attribute[0].id = cudaLaunchAttributeClusterDimension;
-        attribute[0].val.clusterDim.x = blocks;
-        attribute[0].val.clusterDim.y = 1;
-        attribute[0].val.clusterDim.z = 1;
-        config.attrs = attribute;
-        config.numAttrs = 1;
-        return cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-    });
-    if (err != cudaSuccess) (void)cudaGetLastError();
-    return err == cudaSuccess && clusters > 0;
 }
 
 // Fills the shape of a SIMPLE / WARP / BLOCK plan for clouds of N points.
@@ -1248,10 +922,8 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         *p = q;
         return ok ? cudaSuccess : cudaErrorInvalidValue;
     }
-    // CLUSTER_BUCKET's shape may be forced (benchmarks): variant + 256 * blocks + 65536 * warps
-    // + 2**24 * exchange
-    const int forced_blocks = (variant >> 8) & 0xff, forced_warps = (variant >> 16) & 0xff;
-    const int exchange = (variant >> 24) & 0x7f;
+    // BUCKET_LANE's bucket size may be forced (tests, benchmarks): variant + 256 * points
+    const int forced_points = variant >> 8;
     variant &= 0xff;
     p->variant = variant;
     bool ok = false;
@@ -1269,14 +941,9 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         case PCOPS_FPS_GRID: ok = plan_grid<T>(p, d, N); break;
         case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N, false); break;
         case PCOPS_FPS_BUCKET_LANE:  // variant + 256 * points per bucket (8 to 64; 0: 16)
-            ok = (forced_blocks == 0 || forced_blocks == 8 || forced_blocks == 16 ||
-                  forced_blocks == 32 || forced_blocks == 64) &&
-                 forced_warps == 0 && exchange == 0 &&
-                 plan_bucket<T>(p, B, N, true, forced_blocks);
-            break;
-        case PCOPS_FPS_CLUSTER_BUCKET:
-            ok = exchange <= 1 &&
-                 plan_cluster_bucket<T>(p, d, B, N, forced_blocks, forced_warps, exchange);
+            ok = (forced_points == 0 || forced_points == 8 || forced_points == 16 ||
+                  forced_points == 32 || forced_points == 64) &&
+                 plan_bucket<T>(p, B, N, true, forced_points);
             break;
     }
     return ok ? cudaSuccess : cudaErrorInvalidValue;
@@ -1304,7 +971,7 @@ size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
     pcops_carver w = pcops_carver_init(base);
     const int64_t items = p->B * p->N;
     const bool global_buckets = p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_LANE;
-    const bool bucket = global_buckets || p->variant == PCOPS_FPS_CLUSTER_BUCKET;
+    const bool bucket = global_buckets;
     if (p->points_per_thread == 0 || global_buckets) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
     if (p->variant == PCOPS_FPS_GRID)
         s->slots = (Candidate<T>*)pcops_carve(&w, 2 * p->blocks, sizeof(Candidate<T>));
@@ -1327,7 +994,7 @@ size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
     return pcops_carver_bytes(&w);
 }
 
-// BUCKET, CLUSTER_BUCKET: the points of every cloud sorted into Morton order (s.sorted).
+// BUCKET, BUCKET_LANE: the points of every cloud sorted into Morton order (s.sorted).
 template <typename T>
 cudaError_t sort_buckets(const Scratch<T>& s, const T* xyz, const int64_t* lengths, int64_t B,
                          int64_t N, cudaStream_t stream) {
@@ -1381,35 +1048,6 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
                                                : by_slots(std::false_type{});
 }
 
-// CLUSTER_BUCKET: the sort, then a cluster of blocks_per_cloud blocks per cloud.
-template <typename T>
-cudaError_t run_cluster_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const T* xyz,
-                               const int64_t* lengths, const int64_t* start, int64_t B,
-                               int64_t N, int64_t npoint, int64_t* idx, T* dist2,
-                               cudaStream_t stream) {
-    cudaError_t err = sort_buckets<T>(s, xyz, lengths, B, N, stream);
-    if (err == cudaSuccess) err = cluster_bucket_attributes<T>(p);
-    if (err != cudaSuccess) return err;
-    const int local_points = (int)cluster_bucket_local_points(p);
-    return with_cluster_bucket_kernel<T>(p->bucket_slots, [&](auto kernel) -> cudaError_t {
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3((unsigned)p->blocks);
-        config.blockDim = dim3(p->threads);
-        config.dynamicSmemBytes = cluster_bucket_smem<T>(p);
-        config.stream = stream;
-        cudaLaunchAttribute attribute[1];
-        attribute[0].id = cudaLaunchAttributeClusterDimension;
-        attribute[0].val.clusterDim.x = p->blocks_per_cloud;
-        attribute[0].val.clusterDim.y = 1;
-        attribute[0].val.clusterDim.z = 1;
-        config.attrs = attribute;
-        config.numAttrs = 1;
-        return cudaLaunchKernelEx(&config, kernel, xyz, lengths, start, N, npoint,
-                                  (const BucketPoint<T>*)s.sorted, p->points_per_thread,
-                                  local_points, p->cluster_exchange, idx, dist2);
-    });
-}
-
 template <typename T>
 cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* lengths,
                      const int64_t* start, int64_t B, int64_t N, int64_t npoint, void* workspace,
@@ -1419,8 +1057,6 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
     if (p->workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
     if (p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_LANE)
         return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
-    if (p->variant == PCOPS_FPS_CLUSTER_BUCKET)
-        return run_cluster_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
     T* temp = s.temp;
     Candidate<T>* slots = s.slots;
     return with_points<T>(p->points_per_thread, [&](auto pts) -> cudaError_t {
@@ -1471,9 +1107,9 @@ extern "C" cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, in
                                                 int64_t npoint, int variant,
                                                 pcops_fps_cuda_plan* plan) {
     if (!plan || B < 0 || N < 0 || N > INT_MAX || npoint < 1) return cudaErrorInvalidValue;
-    const int path = variant & 0xff;  // CLUSTER_BUCKET: shape in the higher bits (make_plan)
+    const int path = variant & 0xff;  // BUCKET_LANE: bucket size in the higher bits (make_plan)
     if (variant < 0 || path > PCOPS_FPS_BUCKET_LANE || path == PCOPS_FPS_TREE ||
-        (path != PCOPS_FPS_CLUSTER_BUCKET && path != PCOPS_FPS_BUCKET_LANE && variant != path))
+        (path != PCOPS_FPS_BUCKET_LANE && variant != path))
         return cudaErrorInvalidValue;
     pcops_fps_cuda_plan p = {};
     p.dtype = dtype;

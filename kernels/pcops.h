@@ -105,12 +105,7 @@ typedef enum pcops_fps_variant {
     PCOPS_FPS_GRID = 6,    /* CUDA: the whole (co-resident) grid on one cloud at a time */
     PCOPS_FPS_BUCKET = 7,  /* CUDA: points sorted into spatial buckets, a block per cloud; a
                               step updates only the buckets the sample can change */
-    PCOPS_FPS_CLUSTER_BUCKET = 8, /* CUDA (sm_90): the same buckets in the shared memory of a
-                              cluster of 1-16 blocks per cloud (clouds up to ~180k float points).
-                              pcops_fps_cuda_make_plan also takes variant + 256 * blocks +
-                              65536 * warps + 2**24 * exchange to force its shape (0: by
-                              size; exchange 0: cluster barrier, 1: pushed samples, flags) */
-    PCOPS_FPS_BUCKET_LANE = 9, /* CUDA: BUCKET with buckets of 16+ points, each flagged bucket
+    PCOPS_FPS_BUCKET_LANE = 8, /* CUDA: BUCKET with buckets of 16+ points, each flagged bucket
                               updated by one lane alone (no warp reduction per bucket);
                               variant + 256 * S forces buckets of S = 8, 16, 32, 64 points */
 } pcops_fps_variant;
@@ -293,17 +288,16 @@ pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, cons
  * N > 2**31 - 1 returns cudaErrorInvalidValue. Every plan returns the same bits. */
 typedef struct pcops_fps_cuda_plan {
     int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID, BUCKET or
-                               CLUSTER_BUCKET (never AUTO) */
+                               BUCKET_LANE (never AUTO) */
     int threads;            /* threads per block */
     int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace;
-                               (CLUSTER_)BUCKET: points per lane of a bucket (a bucket is 32
-                               times that) */
-    int bucket_slots;       /* (CLUSTER_)BUCKET: buckets each lane keeps (box and candidate) */
+                               BUCKET: points per lane of a bucket (a bucket is 32 times
+                               that) */
+    int bucket_slots;       /* BUCKET, BUCKET_LANE: buckets each lane keeps (box, candidate) */
     int bucket_points;      /* BUCKET, BUCKET_LANE: points per bucket */
     int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
     int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
-    int blocks_per_cloud;   /* CLUSTER, CLUSTER_BUCKET: the cluster size; GRID: the grid */
-    int cluster_exchange;   /* CLUSTER_BUCKET: 0 cluster barrier, 1 pushed samples and flags */
+    int blocks_per_cloud;   /* CLUSTER: the cluster size; GRID: the blocks of the grid */
     int64_t blocks;         /* blocks launched */
     pcops_dtype dtype;
     int64_t B, N;

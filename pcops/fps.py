@@ -89,35 +89,24 @@ def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tenso
 # Private: the paths of kernels/pcops.h (pcops_fps_variant). Every path returns the same bits;
 # tests and benchmarks force one with _furthest_point_sample_variant.
 FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6,
-                "bucket": 7, "cluster_bucket": 8, "bucket_lane": 9}
+                "bucket": 7, "bucket_lane": 8}
 CPU_VARIANTS = ("simple", "tree")
-CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket", "bucket_lane")
+CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket", "bucket_lane")
 
 
 def _furthest_point_sample_variant(xyz: Tensor, npoint: int, lengths: Optional[Tensor] = None,
                                    start: Optional[Tensor] = None, variant: str = "auto",
-                                   blocks: int = 0, warps: int = 0, exchange: int = 0,
                                    bucket_points: int = 0):
     """furthest_point_sample forced through one path ("simple", "tree" on the CPU; "simple",
-    "warp", "block", "cluster", "grid", "bucket", "cluster_bucket", "bucket_lane" on CUDA). Returns (idx, dist2).
-    For "cluster_bucket", ``blocks`` (1-16, the cluster size) and ``warps`` (1-16 per block)
-    force its shape; 0 chooses by size; ``exchange`` how its blocks swap their candidates each
-    step (0: a cluster barrier, 1: each block pushes its candidate and a step flag into the
-    others' shared memory). For "bucket_lane", ``bucket_points`` (8, 16, 32, 64; 0: 16) is the
-    smallest bucket size. A path that cannot take the sizes on this device raises
-    ValueError."""
+    "warp", "block", "cluster", "grid", "bucket", "bucket_lane" on CUDA). Returns (idx, dist2).
+    For "bucket_lane", ``bucket_points`` (8, 16, 32, 64; 0: 16) is the smallest bucket size. A
+    path that cannot take the sizes on this device raises ValueError."""
     code = FPS_VARIANTS[variant]
     if bucket_points:
         if variant != "bucket_lane" or bucket_points not in (8, 16, 32, 64):
             raise ValueError("pcops.furthest_point_sample: bucket_points (8, 16, 32, 64) only shapes "
                              f"the bucket_lane path, got variant={variant!r}, bucket_points={bucket_points}")
         code += 256 * bucket_points
-    if blocks or warps or exchange:
-        if variant != "cluster_bucket" or not (0 <= blocks <= 16 and 0 <= warps <= 16 and exchange in (0, 1)):
-            raise ValueError("pcops.furthest_point_sample: blocks / warps (0-16) and exchange (0, 1) "
-                             f"only shape the cluster_bucket path, got variant={variant!r}, "
-                             f"blocks={blocks}, warps={warps}, exchange={exchange}")
-        code += 256 * blocks + 65536 * warps + (1 << 24) * exchange
     return torch.ops.pcops._furthest_point_sample_variant.default(xyz, npoint, lengths, start, code)
 
 

@@ -491,14 +491,13 @@ def test_variant_op_opcheck(device, gen):
 
 
 # Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
-# plan_grid): above these it raises ValueError; "cluster", "grid" and "bucket" take any size,
-# "cluster_bucket" what 16 blocks' shared memory holds (~180k float, ~100k double points).
+# plan_grid): above these it raises ValueError; "cluster", "grid", "bucket" and "bucket_lane"
+# take any size.
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096}}
 
 
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket",
-                                     "bucket_lane"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "bucket_lane"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
                                       (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
@@ -519,17 +518,12 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "cluster_bucket", "bucket_lane"])
+@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "bucket_lane"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     """A cloud too large for registers (temp in the workspace) on the cluster and grid paths;
-    buckets of 64 (float) and 128 (double) points on the bucket path; 16 blocks' shared memory
-    on the cluster_bucket path (which refuses 150k double points: 36 bytes a point)."""
+    buckets of 64 (float) and 128 (double) points on the bucket paths."""
     xyz = rand_points(2, 150_000, gen, dtype=dtype)
-    if variant == "cluster_bucket" and dtype == torch.float64:
-        with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant .* cannot run"):
-            fps_variant(xyz.cuda(), 300, variant=variant)
-        return
     lengths = torch.tensor([150_000, 99_999])
     start = torch.tensor([7, 99_998])
     cpu = fps_variant(xyz, 300, lengths, start, variant="tree")
@@ -543,7 +537,7 @@ def test_cuda_rejects_the_cpu_tree_variant(cuda):
         fps_variant(torch.rand(1, 10, 3, device="cuda"), 4, variant="tree")
 
 
-@pytest.mark.parametrize("variant", ["bucket", "cluster_bucket", "bucket_lane"])
+@pytest.mark.parametrize("variant", ["bucket", "bucket_lane"])
 @pytest.mark.parametrize("case", ["huge", "nonfinite", "plane", "line"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype, variant):
@@ -564,15 +558,14 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype
         else:
             xyz[..., 1:] = 0.25
     cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
-    shapes = [{}] if variant != "cluster_bucket" else [{"blocks": 2}, {"blocks": 4}, {"blocks": 16, "warps": 2},
-                                                       {"blocks": 8, "exchange": 1}]
+    shapes = [{}] if variant == "bucket" else [{"bucket_points": 8}, {}, {"bucket_points": 64}]
     for shape in shapes:
         gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant=variant, **shape)
         assert_equal(gpu[0], cpu[0], what=f"idx {shape}")
         assert_equal(gpu[1], cpu[1], what=f"dist2 {shape}")
 
 
-@pytest.mark.parametrize("variant", ["bucket", "cluster_bucket", "bucket_lane"])
+@pytest.mark.parametrize("variant", ["bucket", "bucket_lane"])
 def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
     """The real scans, ragged in one batch, sampled down to every point (the late steps, where
     the bucket path skips almost everything, and the tie-breaking among the last points)."""
@@ -599,10 +592,10 @@ def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
 @pytest.mark.parametrize("N,npoint", [(1, 1), (31, 31), (100, 64), (1000, 1000), (10_000, 1000),
                                       (16_385, 4096), (40_001, 3000)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_cuda_cluster_bucket_every_shape_equals_cpu(cuda, gen, case, N, npoint, dtype):
-    """The cluster_bucket path with every cluster size (1 to 16 blocks, more blocks than buckets
-    included) and a few warp counts, and bucket_lane with every bucket size, give the simple path's bits: ragged lengths, random starts,
-    ties, duplicates (unique indices), overflowing distances, N not a multiple of a bucket."""
+def test_cuda_bucket_lane_every_bucket_size_equals_cpu(cuda, gen, case, N, npoint, dtype):
+    """bucket_lane with every bucket size (8 to 64 points: a lane updates a flagged bucket alone)
+    gives the simple path's bits: ragged lengths, random starts, ties, duplicates (unique
+    indices), overflowing distances, spatial clusters, N not a multiple of a bucket."""
     if case == "clustered":  # dense blobs far apart: most buckets skipped, a few updated often
         centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
         which = torch.randint(0, 6, (3, N), generator=gen)
@@ -615,48 +608,32 @@ def test_cuda_cluster_bucket_every_shape_equals_cpu(cuda, gen, case, N, npoint, 
         xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
     cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
     args = (xyz.cuda(), npoint, lengths.cuda(), start.cuda())
-    for blocks, warps, exchange in [(0, 0, 0), (1, 0, 0), (2, 0, 0), (4, 3, 0), (8, 0, 0), (16, 0, 0),
-                                    (16, 1, 0), (2, 0, 1), (4, 3, 1), (16, 0, 1)]:
-        try:
-            gpu = fps_variant(*args, variant="cluster_bucket", blocks=blocks, warps=warps,
-                              exchange=exchange)
-        except ValueError:  # the slice does not fit one block's shared memory (large N, few blocks)
-            assert N >= 10_000 and blocks in (1, 2, 4), (blocks, warps)
-            continue
-        assert_equal(gpu[0], cpu[0], what=f"idx blocks={blocks} warps={warps} exchange={exchange}")
-        assert_equal(gpu[1], cpu[1], what=f"dist2 blocks={blocks} warps={warps} exchange={exchange}")
-    for points in (8, 16, 32, 64):  # bucket_lane, every bucket size
+    for points in (8, 16, 32, 64):
         gpu = fps_variant(*args, variant="bucket_lane", bucket_points=points)
         assert_equal(gpu[0], cpu[0], what=f"idx bucket_lane {points}")
         assert_equal(gpu[1], cpu[1], what=f"dist2 bucket_lane {points}")
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("exchange", [0, 1])
-@pytest.mark.parametrize("blocks,warps,N", [(2, 0, 700), (16, 2, 700), (16, 0, 100), (3, 1, 2000)])
-def test_cuda_sanitizer_cluster_bucket_shapes(cuda, gen, blocks, warps, N, exchange):
-    """Distributed shared memory and the split cluster barrier under the sanitizer; (16, 0, 100):
-    blocks that own no bucket."""
+@pytest.mark.parametrize("points,N", [(8, 700), (64, 2000), (16, 5)])
+def test_cuda_sanitizer_bucket_lane_sizes(cuda, gen, points, N):
     xyz, lengths, start = _path_inputs("duplicates", 3, N, gen, torch.float32)
-    got = fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant="cluster_bucket",
-                      blocks=blocks, warps=warps, exchange=exchange)
+    got = fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant="bucket_lane",
+                      bucket_points=points)
     want = fps_variant(xyz, 200, lengths, start, variant="simple")
     assert_equal(got[0], want[0], what="idx")
     assert_equal(got[1], want[1], what="dist2")
 
 
-def test_cluster_bucket_shape_arguments_are_checked(gen):
+def test_bucket_lane_size_argument_is_checked():
     with pytest.raises(ValueError, match=r"bucket_points \(8, 16, 32, 64\) only shapes the bucket_lane path"):
         fps_variant(torch.rand(1, 10, 3), 4, variant="bucket_lane", bucket_points=12)
-    with pytest.raises(ValueError, match=r"blocks / warps \(0-16\) and exchange \(0, 1\) only shape the cluster_bucket path"):
-        fps_variant(torch.rand(1, 10, 3), 4, variant="bucket", blocks=2)
-    with pytest.raises(ValueError, match=r"only shape the cluster_bucket path"):
-        fps_variant(torch.rand(1, 10, 3), 4, variant="cluster_bucket", blocks=17)
+    with pytest.raises(ValueError, match=r"only shapes the bucket_lane path"):
+        fps_variant(torch.rand(1, 10, 3), 4, variant="bucket", bucket_points=16)
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "cluster_bucket",
-                                     "bucket_lane"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "bucket_lane"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
