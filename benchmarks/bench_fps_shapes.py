@@ -1,13 +1,15 @@
-"""FPS on CUDA: the auto path against forced paths and bucket sizes, one table.
+"""FPS on CUDA: the auto path against the forced paths on the issue 9 sizes and real scans.
 
-    python benchmarks/bench_fps_shapes.py [--rows F1,F4,KITTI] [--reps 7] [--out FILE]
+    python benchmarks/bench_fps_shapes.py [--rows F1,F4,KITTI] [--paths bucket,grid] [--reps 7] [--out FILE]
+    python benchmarks/bench_fps_shapes.py --once KITTI --paths bucket    # one call, for ncu
 
 Rows: the issue 9 sizes F1-F6 (torch.rand clouds, seed 0) and the KITTI scan of .data/scans
 (115 384 points -> 16 384), one scan and 8 scans (KITTI and nuScenes, ragged). Every cell is
 the median of `reps` calls timed with CUDA events, each after a 256 MiB write that flushes the
 L2; every forced path is checked bit for bit (idx and dist2) against the simple path's result
-computed once per row (the bucket path for rows where simple takes seconds). "laneS" is
-bucket_lane with buckets of S points (more where a cloud needs more than 4096 buckets).
+computed once per row (the bucket path for rows where simple takes seconds). (Shapes of
+paths that lost -- the cluster_bucket and bucket_lane paths of branch fpsbig -- were compared
+with earlier versions of this script; the tables are in benchmarks/results/.)
 """
 import argparse
 import os
@@ -26,10 +28,9 @@ SIZES = {"F1": (32, 1024, 512), "F2": (16, 4096, 1024), "F3": (8, 16384, 4096),
          "F4": (6, 10000, 1000), "F5": (6, 10000, 10000), "F6": (1, 200_000, 20_000)}
 SCANS = os.path.join(os.path.dirname(HERE), ".data", "scans")
 
-# (label, variant, bucket points) tried on each row; paths that refuse a size print "-"
-PATHS = [("block", "block", 0), ("bucket", "bucket", 0), ("grid", "grid", 0),
-         ("lane8", "bucket_lane", 8), ("lane16", "bucket_lane", 16), ("lane32", "bucket_lane", 32),
-         ("lane64", "bucket_lane", 64)]
+# (label, variant) tried on each row; paths that refuse a size print "-"
+PATHS = [("warp", "warp"), ("block", "block"), ("cluster", "cluster"), ("bucket", "bucket"),
+         ("grid", "grid")]
 
 
 def row_inputs(name, gen):
@@ -70,7 +71,13 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--paths", default="", help="labels to time (default: all)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--once", default="", help="run the first of --paths once on this row and exit")
     args = ap.parse_args()
+    if args.once:  # for a profiler: one call of one path, nothing else on the GPU
+        xyz, npoint, lengths = row_inputs(args.once, torch.Generator().manual_seed(0))
+        fps_variant(xyz, npoint, lengths, variant=args.paths.split(",")[0] or "auto")
+        torch.cuda.synchronize()
+        return
     p = torch.cuda.get_device_properties(0)
     lines = [f"# {' '.join(sys.argv)}",
              f"# {p.name}, {p.multi_processor_count} SMs, torch {torch.__version__} (CUDA {torch.version.cuda})",
@@ -91,18 +98,17 @@ def main():
         auto = pcops.furthest_point_sample(xyz, npoint, lengths, return_dist2=True)
         cells = [name, f"{time_ms(lambda: pcops.furthest_point_sample(xyz, npoint, lengths), reps, flush):.3f}"
                  + ("" if torch.equal(auto[0], ref[0]) and torch.equal(auto[1], ref[1]) else " DIFFERS")]
-        for label, variant, points in paths:
-            if variant == "grid" and N < 100_000:
-                cells.append("-")  # tens of ms on small clouds: not a candidate
+        for label, variant in paths:
+            if (variant == "grid" and N < 100_000) or (variant == "cluster" and N > 20_000 and B > 1):
+                cells.append("-")  # tens to hundreds of ms there: not a candidate
                 continue
-            shape = {"bucket_points": points} if points else {}
             try:
-                got = fps_variant(xyz, npoint, lengths, variant=variant, **shape)
+                got = fps_variant(xyz, npoint, lengths, variant=variant)
             except (ValueError, RuntimeError) as e:
                 cells.append("-" if isinstance(e, ValueError) else f"ERR {str(e)[:60]}")
                 continue
             same = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
-            t = time_ms(lambda: fps_variant(xyz, npoint, lengths, variant=variant, **shape), reps, flush)
+            t = time_ms(lambda: fps_variant(xyz, npoint, lengths, variant=variant), reps, flush)
             cells.append(f"{t:.3f}" + ("" if same else " DIFFERS"))
         lines.append(" | ".join(cells))
         print(lines[-1], flush=True)

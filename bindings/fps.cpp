@@ -85,14 +85,11 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoin
                                             const std::optional<at::Tensor>& start,
                                             int64_t variant) {
     check_cuda_tensor(kOp, "xyz", xyz);
-    // BUCKET_LANE may carry a forced bucket size in the higher bits (pcops.h)
-    const int64_t path = variant & 0xff;
-    TORCH_CHECK_VALUE(variant >= 0 && variant <= INT_MAX && path <= PCOPS_FPS_BUCKET_LANE &&
-                          path != PCOPS_FPS_TREE &&
-                          (path == PCOPS_FPS_BUCKET_LANE || variant == path),
+    TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_BUCKET &&
+                          variant != PCOPS_FPS_TREE,
                       "pcops.", kOp, ": variant ", variant,
                       " does not exist on CUDA (0 = auto, 1 = simple, 3 = warp, 4 = block, "
-                      "5 = cluster, 6 = grid, 7 = bucket, 8 = bucket_lane)");
+                      "5 = cluster, 6 = grid)");
     c10::cuda::CUDAGuard guard(xyz.device());
     FpsCall c = prepare(xyz, npoint, lengths, start);
     pcops_dtype dtype = to_pcops_dtype(c.xyz.scalar_type());

@@ -30,9 +30,6 @@
  *            codes) with a box each; a step updates only the buckets the new sample can change
  *            (a bucket whose box is as far as its largest temp keeps every temp), so late steps
  *            touch a few buckets whatever the cloud's size. Large clouds.
- *   BUCKET_LANE  the same buckets (16 points and more), each flagged bucket updated by one lane
- *            alone, point after point: a warp's flagged buckets are updated at once, with no
- *            warp reduction after each.
  * Reductions use warp shuffles; candidate slots are double-buffered by step parity, so one
  * barrier per level and step suffices.
  *
@@ -45,7 +42,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <type_traits>
 
 #include "geometry.h"
 
@@ -561,14 +557,11 @@ struct Sample {
 // Dynamic shared memory: the coordinates of each bucket's candidate (3 * buckets T), written
 // and read only by the warp that owns the bucket. (Updating several flagged buckets of a warp
 // together, their loads in flight at once, measured slower on the H100 for KITTI: registers.)
-// LANE (BUCKET_LANE): a lane updates its own flagged buckets alone, point after point, so the
-// flagged buckets of a warp are updated at the same time and no warp reduction follows each
-// one; LANE = false: the warp updates its flagged buckets one after another, a point a lane.
-template <typename T, int SLOTS, bool LANE>
+template <typename T, int SLOTS>
 __global__ void __launch_bounds__(512)
 fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
                   const int64_t* __restrict__ start, int64_t N, int64_t npoint,
-                  const BucketPoint<T>* __restrict__ sorted, T* __restrict__ temp_ws, int S,
+                  const BucketPoint<T>* __restrict__ sorted, T* __restrict__ temp_ws, int ppl,
                   int64_t* __restrict__ idx, T* __restrict__ dist2) {
     extern __shared__ __align__(16) unsigned char fps_smem[];
     __shared__ Sample<T> samples[2][16];  // the warps' candidates, by step parity
@@ -580,7 +573,7 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     T* temp = temp_ws + b * N;
     pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
     if (row.n_out == 0) return;
-    // S points per bucket; sorted positions < L are the valid points
+    const int S = 32 * ppl;  // points per bucket; sorted positions < L are the valid points
     const int buckets = (row.L + S - 1) / S;
 
     for (int p = threadIdx.x; p < row.L; p += blockDim.x) temp[p] = T(INFINITY);
@@ -625,26 +618,7 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
             const int k = (s * 32 + lane) * warps + w;
             const T m = bk[s].dist2_to(cx, cy, cz);
             const bool update = k < buckets && (!(m >= bk[s].best.value) || m == T(0));
-            if constexpr (LANE) {
-                if (update) {
-                    Candidate<T> c = no_candidate<T>();
-                    T px = 0, py = 0, pz = 0;
-                    const int end = min(row.L, (k + 1) * S);
-#pragma unroll 2
-                    for (int p = k * S; p < end; ++p) {
-                        const BucketPoint<T> q = pts[p];
-                        const T d = fps_dist2(q.x, q.y, q.z, cx, cy, cz);
-                        T t = q.idx == cur ? T(-1) : temp[p];
-                        t = d < t ? d : t;
-                        temp[p] = t;
-                        const Candidate<T> o = {t, q.idx};
-                        if (farther(o, c)) c = o, px = q.x, py = q.y, pz = q.z;
-                    }
-                    bk[s].best = c;
-                    bucket_xyz[3 * k] = px, bucket_xyz[3 * k + 1] = py, bucket_xyz[3 * k + 2] = pz;
-                }
-            }
-            for (unsigned mask = LANE ? 0u : __ballot_sync(0xffffffffu, update); mask; mask &= mask - 1) {
+            for (unsigned mask = __ballot_sync(0xffffffffu, update); mask; mask &= mask - 1) {
                 const int owner = __ffs(mask) - 1;
                 const int ko = (s * 32 + owner) * warps + w;
                 Candidate<T> c = no_candidate<T>();
@@ -778,22 +752,19 @@ void plan_slice(pcops_fps_cuda_plan* p, int64_t per_block, int prefer) {
 // BUCKET: buckets of 32 * ppl points, at most 4096 per cloud (16 warps of 32 lanes with 8
 // slots each; 2048 and 4 for double); 1 to 16 warps, 1, 2, 4 or 8 slots per lane. Sorted positions are int and cub
 // sorts an int count of items: B * N <= INT_MAX.
-// BUCKET_LANE: the same with buckets of 16 points and more (a lane updates a bucket alone).
-// `points` forces the smallest bucket size (BUCKET_LANE: 8, 16, 32, 64; 0: 16).
 template <typename T>
-bool plan_bucket(pcops_fps_cuda_plan* p, int64_t B, int64_t N, bool lane, int points = 0) {
+bool plan_bucket(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
     if (B * N > INT_MAX) return false;
     const int max_slots = sizeof(T) == 4 ? 8 : 4;  // without spilling (-Xptxas -v, sm_90)
     const int64_t Np = N > 0 ? N : 1;
-    int64_t S = lane ? (points ? points : 16) : 32;
-    while ((Np + S - 1) / S > 16 * 32 * max_slots) S *= 2;
-    const int64_t buckets = (Np + S - 1) / S;
+    int64_t ppl = 1;
+    while ((Np + 32 * ppl - 1) / (32 * ppl) > 16 * 32 * max_slots) ppl *= 2;
+    const int64_t buckets = (Np + 32 * ppl - 1) / (32 * ppl);
     const int warps = (int)std::min<int64_t>(16, (buckets + 31) / 32);
     int slots = 1;
     while ((int64_t)slots * 32 * warps < buckets) slots *= 2;
     if (slots > max_slots) return false;
-    p->points_per_thread = (int)std::max<int64_t>(1, S / 32);
-    p->bucket_points = (int)S;
+    p->points_per_thread = (int)ppl;
     p->bucket_slots = slots;
     p->warps_per_cloud = warps;
     p->threads = 32 * warps;
@@ -913,7 +884,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             case PCOPS_FPS_BLOCK: ok = plan_group<T>(&q, B, N, variant); break;
             case PCOPS_FPS_CLUSTER: ok = plan_cluster<T>(&q, d, B, N, 8); break;
             case PCOPS_FPS_GRID: ok = plan_grid<T>(&q, d, N); break;
-            case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(&q, B, N, false); break;
+            case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(&q, B, N); break;
         }
         if (!ok) {  // e.g. no clusters on this device: the reference path takes any size
             q.variant = PCOPS_FPS_SIMPLE;
@@ -922,9 +893,6 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         *p = q;
         return ok ? cudaSuccess : cudaErrorInvalidValue;
     }
-    // BUCKET_LANE's bucket size may be forced (tests, benchmarks): variant + 256 * points
-    const int forced_points = variant >> 8;
-    variant &= 0xff;
     p->variant = variant;
     bool ok = false;
     switch (variant) {
@@ -939,12 +907,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             break;
         }
         case PCOPS_FPS_GRID: ok = plan_grid<T>(p, d, N); break;
-        case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N, false); break;
-        case PCOPS_FPS_BUCKET_LANE:  // variant + 256 * points per bucket (8 to 64; 0: 16)
-            ok = (forced_points == 0 || forced_points == 8 || forced_points == 16 ||
-                  forced_points == 32 || forced_points == 64) &&
-                 plan_bucket<T>(p, B, N, true, forced_points);
-            break;
+        case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N); break;
     }
     return ok ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -970,9 +933,8 @@ size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
     *s = {};
     pcops_carver w = pcops_carver_init(base);
     const int64_t items = p->B * p->N;
-    const bool global_buckets = p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_LANE;
-    const bool bucket = global_buckets;
-    if (p->points_per_thread == 0 || global_buckets) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
+    const bool bucket = p->variant == PCOPS_FPS_BUCKET;
+    if (p->points_per_thread == 0 || bucket) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
     if (p->variant == PCOPS_FPS_GRID)
         s->slots = (Candidate<T>*)pcops_carve(&w, 2 * p->blocks, sizeof(Candidate<T>));
     if (bucket) {
@@ -994,10 +956,11 @@ size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
     return pcops_carver_bytes(&w);
 }
 
-// BUCKET, BUCKET_LANE: the points of every cloud sorted into Morton order (s.sorted).
+// BUCKET: sort the points of every cloud into Morton order, then one block per cloud.
 template <typename T>
-cudaError_t sort_buckets(const Scratch<T>& s, const T* xyz, const int64_t* lengths, int64_t B,
-                         int64_t N, cudaStream_t stream) {
+cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const T* xyz,
+                       const int64_t* lengths, const int64_t* start, int64_t B, int64_t N,
+                       int64_t npoint, int64_t* idx, T* dist2, cudaStream_t stream) {
     const int64_t items = B * N;
     if (items > 0) {
         bucket_box_kernel<T><<<(unsigned)B, 256, 0, stream>>>(xyz, lengths, N, s.boxes);
@@ -1011,17 +974,7 @@ cudaError_t sort_buckets(const Scratch<T>& s, const T* xyz, const int64_t* lengt
         if (err != cudaSuccess) return err;
         bucket_gather_kernel<T><<<blocks, 256, 0, stream>>>(xyz, B, N, s.order_out, s.sorted);
     }
-    return cudaGetLastError();
-}
-
-// BUCKET: the sort, then one block per cloud.
-template <typename T>
-cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const T* xyz,
-                       const int64_t* lengths, const int64_t* start, int64_t B, int64_t N,
-                       int64_t npoint, int64_t* idx, T* dist2, cudaStream_t stream) {
-    cudaError_t err = sort_buckets<T>(s, xyz, lengths, B, N, stream);
-    if (err != cudaSuccess) return err;
-    const int64_t S = p->bucket_points;
+    const int64_t S = 32 * (int64_t)p->points_per_thread;
     const size_t smem = (size_t)3 * ((N + S - 1) / S) * sizeof(T);  // <= 48 KiB (4096 float buckets)
     auto launch = [&](auto kernel) {
         // with the kernel's static shared memory, 48 KiB of dynamic needs the opt-in
@@ -1029,23 +982,18 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
                                                (int)smem);
         if (err != cudaSuccess) return err;
         kernel<<<(unsigned)B, p->threads, smem, stream>>>(xyz, lengths, start, N, npoint, s.sorted,
-                                                      s.temp, (int)S, idx, dist2);
+                                                      s.temp, p->points_per_thread, idx, dist2);
         return cudaGetLastError();
     };
-    auto by_slots = [&](auto lane) -> cudaError_t {
-        constexpr bool LANE = decltype(lane)::value;
-        switch (p->bucket_slots) {
-            case 1: return launch(fps_bucket_kernel<T, 1, LANE>);
-            case 2: return launch(fps_bucket_kernel<T, 2, LANE>);
-            case 4: return launch(fps_bucket_kernel<T, 4, LANE>);
-            case 8:
-                if constexpr (sizeof(T) == 4) return launch(fps_bucket_kernel<T, 8, LANE>);
-                return cudaErrorInvalidValue;
-            default: return cudaErrorInvalidValue;
-        }
-    };
-    return p->variant == PCOPS_FPS_BUCKET_LANE ? by_slots(std::true_type{})
-                                               : by_slots(std::false_type{});
+    switch (p->bucket_slots) {
+        case 1: return launch(fps_bucket_kernel<T, 1>);
+        case 2: return launch(fps_bucket_kernel<T, 2>);
+        case 4: return launch(fps_bucket_kernel<T, 4>);
+        case 8:
+            if constexpr (sizeof(T) == 4) return launch(fps_bucket_kernel<T, 8>);
+            return cudaErrorInvalidValue;
+        default: return cudaErrorInvalidValue;
+    }
 }
 
 template <typename T>
@@ -1055,7 +1003,7 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
     Scratch<T> s;
     plan_layout<T>(p, workspace, &s);
     if (p->workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-    if (p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_LANE)
+    if (p->variant == PCOPS_FPS_BUCKET)
         return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
     T* temp = s.temp;
     Candidate<T>* slots = s.slots;
@@ -1107,9 +1055,7 @@ extern "C" cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, in
                                                 int64_t npoint, int variant,
                                                 pcops_fps_cuda_plan* plan) {
     if (!plan || B < 0 || N < 0 || N > INT_MAX || npoint < 1) return cudaErrorInvalidValue;
-    const int path = variant & 0xff;  // BUCKET_LANE: bucket size in the higher bits (make_plan)
-    if (variant < 0 || path > PCOPS_FPS_BUCKET_LANE || path == PCOPS_FPS_TREE ||
-        (path != PCOPS_FPS_BUCKET_LANE && variant != path))
+    if (variant < PCOPS_FPS_AUTO || variant > PCOPS_FPS_BUCKET || variant == PCOPS_FPS_TREE)
         return cudaErrorInvalidValue;
     pcops_fps_cuda_plan p = {};
     p.dtype = dtype;

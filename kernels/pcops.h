@@ -105,9 +105,6 @@ typedef enum pcops_fps_variant {
     PCOPS_FPS_GRID = 6,    /* CUDA: the whole (co-resident) grid on one cloud at a time */
     PCOPS_FPS_BUCKET = 7,  /* CUDA: points sorted into spatial buckets, a block per cloud; a
                               step updates only the buckets the sample can change */
-    PCOPS_FPS_BUCKET_LANE = 8, /* CUDA: BUCKET with buckets of 16+ points, each flagged bucket
-                              updated by one lane alone (no warp reduction per bucket);
-                              variant + 256 * S forces buckets of S = 8, 16, 32, 64 points */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */
@@ -287,14 +284,11 @@ pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, cons
  * registers, no clusters on the device, a grid that is not co-resident) or any
  * N > 2**31 - 1 returns cudaErrorInvalidValue. Every plan returns the same bits. */
 typedef struct pcops_fps_cuda_plan {
-    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID, BUCKET or
-                               BUCKET_LANE (never AUTO) */
+    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID or BUCKET (never AUTO) */
     int threads;            /* threads per block */
     int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace;
-                               BUCKET: points per lane of a bucket (a bucket is 32 times
-                               that) */
-    int bucket_slots;       /* BUCKET, BUCKET_LANE: buckets each lane keeps (box, candidate) */
-    int bucket_points;      /* BUCKET, BUCKET_LANE: points per bucket */
+                               BUCKET: points per lane of a bucket (a bucket is 32 times that) */
+    int bucket_slots;       /* BUCKET: buckets each thread keeps (box and candidate) */
     int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
     int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
     int blocks_per_cloud;   /* CLUSTER: the cluster size; GRID: the blocks of the grid */

@@ -88,26 +88,18 @@ def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tenso
 
 # Private: the paths of kernels/pcops.h (pcops_fps_variant). Every path returns the same bits;
 # tests and benchmarks force one with _furthest_point_sample_variant.
-FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6,
-                "bucket": 7, "bucket_lane": 8}
+FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6, "bucket": 7}
 CPU_VARIANTS = ("simple", "tree")
-CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket", "bucket_lane")
+CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket")
 
 
 def _furthest_point_sample_variant(xyz: Tensor, npoint: int, lengths: Optional[Tensor] = None,
-                                   start: Optional[Tensor] = None, variant: str = "auto",
-                                   bucket_points: int = 0):
+                                   start: Optional[Tensor] = None, variant: str = "auto"):
     """furthest_point_sample forced through one path ("simple", "tree" on the CPU; "simple",
-    "warp", "block", "cluster", "grid", "bucket", "bucket_lane" on CUDA). Returns (idx, dist2).
-    For "bucket_lane", ``bucket_points`` (8, 16, 32, 64; 0: 16) is the smallest bucket size. A
-    path that cannot take the sizes on this device raises ValueError."""
-    code = FPS_VARIANTS[variant]
-    if bucket_points:
-        if variant != "bucket_lane" or bucket_points not in (8, 16, 32, 64):
-            raise ValueError("pcops.furthest_point_sample: bucket_points (8, 16, 32, 64) only shapes "
-                             f"the bucket_lane path, got variant={variant!r}, bucket_points={bucket_points}")
-        code += 256 * bucket_points
-    return torch.ops.pcops._furthest_point_sample_variant.default(xyz, npoint, lengths, start, code)
+    "warp", "block", "cluster", "grid", "bucket" on CUDA). Returns (idx, dist2). A path that cannot take
+    the sizes on this device raises ValueError."""
+    return torch.ops.pcops._furthest_point_sample_variant.default(
+        xyz, npoint, lengths, start, FPS_VARIANTS[variant])
 
 
 def _fps_fake(xyz, npoint, lengths=None, start=None, variant=0):

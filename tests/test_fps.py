@@ -491,13 +491,12 @@ def test_variant_op_opcheck(device, gen):
 
 
 # Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
-# plan_grid): above these it raises ValueError; "cluster", "grid", "bucket" and "bucket_lane"
-# take any size.
+# plan_grid): above these it raises ValueError; "cluster", "grid" and "bucket" take any size.
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096}}
 
 
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "bucket_lane"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
                                       (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
@@ -518,11 +517,11 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "bucket_lane"])
+@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     """A cloud too large for registers (temp in the workspace) on the cluster and grid paths;
-    buckets of 64 (float) and 128 (double) points on the bucket paths."""
+    buckets of 64 (float) and 128 (double) points on the bucket path."""
     xyz = rand_points(2, 150_000, gen, dtype=dtype)
     lengths = torch.tensor([150_000, 99_999])
     start = torch.tensor([7, 99_998])
@@ -537,10 +536,9 @@ def test_cuda_rejects_the_cpu_tree_variant(cuda):
         fps_variant(torch.rand(1, 10, 3, device="cuda"), 4, variant="tree")
 
 
-@pytest.mark.parametrize("variant", ["bucket", "bucket_lane"])
 @pytest.mark.parametrize("case", ["huge", "nonfinite", "plane", "line"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype, variant):
+def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype):
     """The bucket path skips buckets by their boxes: squared distances that overflow to +inf,
     NaN and inf coordinates (whose temps stay +inf), flat and collinear clouds (flat boxes)
     must still give the simple path's bits."""
@@ -558,15 +556,12 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype
         else:
             xyz[..., 1:] = 0.25
     cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
-    shapes = [{}] if variant == "bucket" else [{"bucket_points": 8}, {}, {"bucket_points": 64}]
-    for shape in shapes:
-        gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant=variant, **shape)
-        assert_equal(gpu[0], cpu[0], what=f"idx {shape}")
-        assert_equal(gpu[1], cpu[1], what=f"dist2 {shape}")
+    gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant="bucket")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant", ["bucket", "bucket_lane"])
-def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
+def test_cuda_bucket_path_on_real_scans_every_sample(cuda):
     """The real scans, ragged in one batch, sampled down to every point (the late steps, where
     the bucket path skips almost everything, and the tie-breaking among the last points)."""
     import os
@@ -583,57 +578,38 @@ def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
     start = torch.tensor([4321, 17])
     npoint = 40_000
     cpu = fps_variant(xyz, npoint, lengths, start, variant="tree")
-    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
+    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant="bucket")
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm", "huge", "clustered"])
-@pytest.mark.parametrize("N,npoint", [(1, 1), (31, 31), (100, 64), (1000, 1000), (10_000, 1000),
-                                      (16_385, 4096), (40_001, 3000)])
+@pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm", "huge", "blobs"])
+@pytest.mark.parametrize("N,npoint", [(31, 31), (1000, 1000), (10_000, 1000), (16_385, 4096),
+                                      (40_001, 3000)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_cuda_bucket_lane_every_bucket_size_equals_cpu(cuda, gen, case, N, npoint, dtype):
-    """bucket_lane with every bucket size (8 to 64 points: a lane updates a flagged bucket alone)
-    gives the simple path's bits: ragged lengths, random starts, ties, duplicates (unique
-    indices), overflowing distances, spatial clusters, N not a multiple of a bucket."""
-    if case == "clustered":  # dense blobs far apart: most buckets skipped, a few updated often
+def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, case, N, npoint, dtype):
+    """The bucket path (the default for clouds past the block path) gives the simple path's bits
+    on every input kind, spatial clusters included (dense blobs far apart: most buckets skipped
+    at every step, a few updated again and again), with ragged lengths, random starts and N
+    not a multiple of a bucket."""
+    if case == "blobs":
         centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
         which = torch.randint(0, 6, (3, N), generator=gen)
         blobs = torch.randn(3, N, 3, generator=gen, dtype=torch.float64) * 0.05
         xyz = (torch.gather(centres, 1, which[..., None].expand(-1, -1, 3)) + blobs).to(dtype)
         lengths = random_lengths(3, N, gen)
         lengths[0] = N
-        start = torch.randint(0, max(N, 1), (3,), generator=gen) % lengths.clamp(min=1)
+        start = torch.randint(0, N, (3,), generator=gen) % lengths.clamp(min=1)
     else:
         xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
     cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
-    args = (xyz.cuda(), npoint, lengths.cuda(), start.cuda())
-    for points in (8, 16, 32, 64):
-        gpu = fps_variant(*args, variant="bucket_lane", bucket_points=points)
-        assert_equal(gpu[0], cpu[0], what=f"idx bucket_lane {points}")
-        assert_equal(gpu[1], cpu[1], what=f"dist2 bucket_lane {points}")
+    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant="bucket")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("points,N", [(8, 700), (64, 2000), (16, 5)])
-def test_cuda_sanitizer_bucket_lane_sizes(cuda, gen, points, N):
-    xyz, lengths, start = _path_inputs("duplicates", 3, N, gen, torch.float32)
-    got = fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant="bucket_lane",
-                      bucket_points=points)
-    want = fps_variant(xyz, 200, lengths, start, variant="simple")
-    assert_equal(got[0], want[0], what="idx")
-    assert_equal(got[1], want[1], what="dist2")
-
-
-def test_bucket_lane_size_argument_is_checked():
-    with pytest.raises(ValueError, match=r"bucket_points \(8, 16, 32, 64\) only shapes the bucket_lane path"):
-        fps_variant(torch.rand(1, 10, 3), 4, variant="bucket_lane", bucket_points=12)
-    with pytest.raises(ValueError, match=r"only shapes the bucket_lane path"):
-        fps_variant(torch.rand(1, 10, 3), 4, variant="bucket", bucket_points=16)
-
-
-@pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket", "bucket_lane"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
