@@ -625,9 +625,13 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
                 Candidate<T> c = no_candidate<T>();
                 T px = 0, py = 0, pz = 0;
                 for (int p = ko * S + lane; p < (ko + 1) * S && p < row.L; p += 32) {
+                    // both loads issued before either is used: the temp is read whatever q.idx
+                    // holds (`q.idx == cur ? -1 : temp[p]` made the temp load wait for the
+                    // point's, two L2 round trips a bucket in a row on large clouds)
                     const BucketPoint<T> q = pts[p];
+                    T t = temp[p];
                     const T d = fps_dist2(q.x, q.y, q.z, cx, cy, cz);
-                    T t = q.idx == cur ? T(-1) : temp[p];
+                    t = q.idx == cur ? T(-1) : t;
                     t = d < t ? d : t;
                     temp[p] = t;
                     const Candidate<T> o = {t, q.idx};

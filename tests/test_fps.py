@@ -583,6 +583,31 @@ def test_cuda_bucket_path_on_real_scans_every_sample(cuda):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
+@pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm", "huge", "blobs"])
+@pytest.mark.parametrize("N,npoint", [(31, 31), (1000, 1000), (10_000, 1000), (16_385, 4096),
+                                      (40_001, 3000)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, case, N, npoint, dtype):
+    """The bucket path (the default for clouds past the block path) gives the simple path's bits
+    on every input kind, spatial clusters included (dense blobs far apart: most buckets skipped
+    at every step, a few updated again and again), with ragged lengths, random starts and N
+    not a multiple of a bucket."""
+    if case == "blobs":
+        centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
+        which = torch.randint(0, 6, (3, N), generator=gen)
+        blobs = torch.randn(3, N, 3, generator=gen, dtype=torch.float64) * 0.05
+        xyz = (torch.gather(centres, 1, which[..., None].expand(-1, -1, 3)) + blobs).to(dtype)
+        lengths = random_lengths(3, N, gen)
+        lengths[0] = N
+        start = torch.randint(0, N, (3,), generator=gen) % lengths.clamp(min=1)
+    else:
+        xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
+    cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
+    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant="bucket")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
