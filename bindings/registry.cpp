@@ -83,6 +83,14 @@ TORCH_LIBRARY(pcops, m) {
     // dist2), 0 where idx is outside [0, N). Backward composed from group/group_backward.
     m.def("neighbor_dist2(Tensor query, Tensor ref, Tensor idx) -> Tensor");
 
+    // idx[B,M,S] int64, count[B,M]? -> edges[2,E] int64: the COO edges of neighbour lists, one
+    // per slot with 0 <= idx < num_ref (and s < count[b,m] when count is given), in (b,m,s)
+    // order; row = row_offset[b] + m (default b*M + m), col = col_offset[b] + idx (default
+    // b*num_ref + idx). Synchronises (E depends on the data).
+    m.def(
+        "neighbor_edges(Tensor idx, int num_ref, Tensor? count=None, Tensor? row_offset=None, "
+        "Tensor? col_offset=None) -> Tensor");
+
     // Internal (tests, benchmarks): circle NMS through one CUDA path, variant 0 by size, 1 the
     // single-block kernel (N <= 4096), 2 the bitmask path, 3 the grid path; the CPU takes 0.
     // -> keep_mask[N] bool, keep_idx[N] int64 (-1 past num_kept), num_kept[1] int64.

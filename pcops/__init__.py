@@ -30,6 +30,7 @@ from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
 from .knn import knn  # noqa: E402
 from .neighbor_dist2 import neighbor_dist2  # noqa: E402
+from .neighbor_edges import neighbor_edges  # noqa: E402
 from . import io  # noqa: E402  (point-cloud file readers, the preprocess cache)
 from . import preprocess  # noqa: E402  (a callable module: pcops.preprocess(clouds, npoint, nsample))
 from .preprocess import GraphedPreprocess, Preprocessed, preprocess_stream  # noqa: E402
@@ -50,6 +51,7 @@ __all__ = [
     "group_backward",
     "knn",
     "neighbor_dist2",
+    "neighbor_edges",
     "io",
     "preprocess",
     "GraphedPreprocess",
