@@ -287,3 +287,20 @@ def test_one_host_synchronisation_per_call(cuda, gen):
     assert _syncs(lambda: tc.radius(one, one[:50], 0.2, max_num_neighbors=16)) == 1
     assert _syncs(lambda: tc.knn(one, one[:50], 400)) == 1
     assert _syncs(lambda: tc.knn(one, one[:50], 8)) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_fps_batched_sample_counts_per_cloud(device, dtype):
+    """The batched path's per-point test rank < ceil(n_b * ratio) (compared in the points'
+    dtype where that is exact, through ceil otherwise): per cloud the count torch_cluster
+    computes, also for clouds past 2048 points, where half types round n_b and the ranks."""
+    sizes = [2501, 3000, 7, 4097, 1, 2049]
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(device)
+    x = torch.rand(sum(sizes), 3, generator=torch.Generator().manual_seed(0)).to(device, dtype)
+    for ratio in (0.3, 1 / 3, 0.5, 0.9999):
+        out = tc.fps(x, batch, ratio, False)
+        got = torch.bincount(batch[out].cpu(), minlength=len(sizes)).tolist()
+        # (a product rounded past n, as bfloat16's 3000 * 0.9999 -> 3008, samples the cloud)
+        exp = [min(n, int(torch.ceil(torch.tensor(float(n), dtype=dtype)
+                                     * torch.tensor(ratio, dtype=dtype)))) for n in sizes]
+        assert got == exp, (ratio, got, exp)
