@@ -25,7 +25,8 @@ std::optional<at::Tensor> check_optional(const std::optional<at::Tensor>& t, con
     check_index_tensor(kOp, name, *t, rank, shape);
     check_same_device(kOp, name, *t, "idx", idx);
     for (int64_t d = 0; d < rank; ++d)
-        check_size(kOp, name, *t, d, idx.size(d), d == 0 ? "the batch size B of 'idx'" : "M, dimension 1 of 'idx'");
+        check_size(kOp, name, *t, d, idx.size(d),
+                   d == 0 ? "the batch size B of 'idx'" : "M, dimension 1 of 'idx'");
     return t->contiguous();
 }
 
