@@ -54,6 +54,15 @@ TORCH_LIBRARY(pcops, m) {
         "Tensor? query_lengths=None, Tensor? ref_lengths=None, int variant=0) -> "
         "(Tensor idx, Tensor count)");
 
+    // -> dist2[B,M,nsample] (query's dtype), idx[B,M,nsample] int64 (knn's order): ball_query's
+    // neighbours
+    // in PyTorch3D's layout: empty slots hold idx -1 and dist2 0 (ball_query repeats the first
+    // neighbour); dist2 with the searches' arithmetic (neighbor_dist2's bits), differentiable
+    // w.r.t. query and ref.
+    m.def(
+        "ball_query_dist2(Tensor query, Tensor ref, float radius, int nsample, "
+        "Tensor? query_lengths=None, Tensor? ref_lengths=None) -> (Tensor dist2, Tensor idx)");
+
     // features[B,N,C], idx[B,M,S] -> out[B,M,S,C] = features[b, idx[b,m,s], :] (0 where idx is -1).
     m.def("group(Tensor features, Tensor idx) -> Tensor");
 

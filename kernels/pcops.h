@@ -270,6 +270,12 @@ pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, cons
 pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, const void* ref,
                                       const void* idx, pcops_index_dtype idx_dtype, int64_t B,
                                       int64_t M, int64_t N, int64_t S, void* dist2);
+/* The same for a ball query's int64 idx[B,M,S] and count[B,M] (ball_query_dist2): slots
+ * s >= count[b,m] are emptied, idx[b,m,s] = -1 (written in place) and dist2 0 -- PyTorch3D's
+ * padding of its ball query; the others as above. */
+pcops_status pcops_neighbor_dist2_count_cpu(pcops_dtype dtype, const void* query, const void* ref,
+                                            int64_t* idx, const int64_t* count, int64_t B,
+                                            int64_t M, int64_t N, int64_t S, void* dist2);
 
 /* ------------------------------------------------------------------------------------------
  * Neighbour edges (kernels/neighbor_edges.c, kernels/neighbor_edges.cu)
@@ -425,6 +431,10 @@ cudaError_t pcops_neighbor_dist2_cuda(pcops_dtype dtype, const void* query, cons
                                       const void* idx, pcops_index_dtype idx_dtype, int64_t B,
                                       int64_t M, int64_t N, int64_t S, void* dist2,
                                       cudaStream_t stream);
+cudaError_t pcops_neighbor_dist2_count_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                                            int64_t* idx, const int64_t* count, int64_t B,
+                                            int64_t M, int64_t N, int64_t S, void* dist2,
+                                            cudaStream_t stream);
 /* Neighbour edges on CUDA (see pcops_neighbor_edges_count_cpu): _count also takes a workspace
  * of pcops_neighbor_edges_cuda_workspace_bytes(B, M) bytes (B*M at most 2**31 - 1 rows); _write
  * takes E, read by the caller from ends[B*M - 1] after _count (its one host synchronisation). */
