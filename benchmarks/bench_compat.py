@@ -11,7 +11,8 @@ features, int64 indices already made). The difference is the shim: the int32 cas
 conversions the peer API demands, and the Python around them. Where the peer's contract makes
 the output size depend on the data (torch_cluster's radius, fps with a batch vector), the raw side
 includes the one host synchronisation that any implementation needs (radius: the nonzero of the
-valid slots; fps: one read of the largest cloud). Times are medians of
+valid slots, or the neighbor_edges op the compat radius is built on; fps: one read of the
+largest cloud). Times are medians of
 `--reps` repetitions, each timing `--inner` back-to-back calls between two CUDA events
 (perf_counter on the CPU) and dividing, so the host cost of a call is part of its time whenever
 the GPU would otherwise wait for it. Target (issue 12): overhead < 10 % or < 10 us per call.
@@ -137,6 +138,12 @@ def cases(B, N, M, S, C, device):
         idx, count = ops.ball_query(one_y.unsqueeze(0), one.unsqueeze(0), 0.2, S)
         return (torch.arange(S, device=device) < count[0].unsqueeze(1)).nonzero()
 
+    def raw_radius_edges():
+        # the raw ops the compat radius wraps: the ball query and the COO compaction op (its
+        # one synchronisation)
+        idx, count = ops.ball_query(one_y.unsqueeze(0), one.unsqueeze(0), 0.2, S)
+        return ops.neighbor_edges(idx, N, count)
+
     def raw_fps_batch():
         # the output size (samples per cloud) and the FPS's shape (the largest cloud) depend on
         # the batch vector's values: the least any implementation of that contract does is read
@@ -180,6 +187,8 @@ def cases(B, N, M, S, C, device):
          "knn", lambda: ops.knn(one_y.unsqueeze(0), one.unsqueeze(0), S)),
         ("torch_cluster", "radius (one cloud)*", lambda: tc.radius(one, one_y, 0.2, max_num_neighbors=S),
          "ball_query+nonzero", raw_radius),
+        ("torch_cluster", "radius (one cloud)*", lambda: tc.radius(one, one_y, 0.2, max_num_neighbors=S),
+         "ball_query+neighbor_edges", raw_radius_edges),
         ("torch_cluster", "fps (batch vector)*", lambda: tc.fps(flat, flat_batch, M / N, False),
          "cloud size+sync+fps", raw_fps_batch),
     ]
