@@ -9,13 +9,15 @@ in index order, as torch_cluster's CUDA code), ``loop``, ``batch_size``. Unsorte
 vectors raise ValueError ("'batch_x' is not sorted"), as recent torch_cluster does; clouds
 with no points (empty batches) are fine.
 
-Output sizes depend on the data, so these functions synchronise with the host once per call
-(torch_cluster's fps and radius: twice); the batch vectors' checks ride on that one copy.
-Batched calls repack the flat points into a padded ``[B, L, 3]`` batch (one gather of the
-points, located by binary searches of the sorted batch vector on the device) and call the
-pcops op once; fps over clouds of one size uses the flat points as they are (a view). The host
-work after the synchronisation is kept to the least: the FPS launch, or one gather of the COO
-pairs (built before it).
+Output sizes depend on the data, so these functions synchronise with the host: fps once per
+call, knn / radius of one cloud once (inside the ``pcops.neighbor_edges`` op that compacts the
+neighbour slots into ``edge_index``), batched knn / radius twice (the clouds' sizes, then the
+edge count); torch_cluster's fps and radius synchronise twice. The batch vectors' checks ride
+on the first copy. Batched calls repack the flat points into a padded ``[B, L, 3]`` batch (one
+gather of the points, located by binary searches of the sorted batch vector on the device) and
+call the pcops op once; fps over clouds of one size uses the flat points as they are (a view).
+The host work after a synchronisation is kept to the least: the FPS launch, or nothing (the
+edge compaction finishes inside its op).
 
 Differences (see the README): D <= 3 (fewer coordinates are padded with zeros; D > 3 raises
 NotImplementedError), ``cosine=True`` raises NotImplementedError; FPS distances start at +inf
