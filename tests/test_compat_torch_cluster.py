@@ -278,15 +278,26 @@ def _syncs(fn):
 
 def test_one_host_synchronisation_per_call(cuda, gen):
     """fps with a batch vector, radius and knn of one cloud: a single synchronisation (the
-    output size depends on the data), as few as torch_cluster's (fps and radius have two)."""
+    output size depends on the data), as few as torch_cluster's (fps and radius have two);
+    knn with every slot filled and PyTorch3D's ball_query: none. Counts per call in the
+    message."""
     x, batch = random_batch([300, 200, 1], gen, cuda)
     x = x.float()
     one = x[:300]
-    assert _syncs(lambda: tc.fps(x, batch, 0.25, False)) == 1
-    assert _syncs(lambda: tc.fps(x, batch, 0.25, True)) == 1
-    assert _syncs(lambda: tc.radius(one, one[:50], 0.2, max_num_neighbors=16)) == 1
-    assert _syncs(lambda: tc.knn(one, one[:50], 400)) == 1
-    assert _syncs(lambda: tc.knn(one, one[:50], 8)) == 0
+    two_clouds = torch.arange(400, device=cuda) // 200
+    from pcops.compat import pytorch3d as p3d
+    counts = {
+        "fps": _syncs(lambda: tc.fps(x, batch, 0.25, False)),
+        "fps random_start": _syncs(lambda: tc.fps(x, batch, 0.25, True)),
+        "fps clouds of one size": _syncs(lambda: tc.fps(x[:400], two_clouds, 0.25, False)),
+        "radius": _syncs(lambda: tc.radius(one, one[:50], 0.2, max_num_neighbors=16)),
+        "knn k > N": _syncs(lambda: tc.knn(one, one[:50], 400)),
+        "knn": _syncs(lambda: tc.knn(one, one[:50], 8)),
+        "pytorch3d ball_query": _syncs(lambda: p3d.ball_query(one[None, :50], one[None], K=8,
+                                                              radius=0.2)),
+    }
+    assert counts == {"fps": 1, "fps random_start": 1, "fps clouds of one size": 1, "radius": 1,
+                      "knn k > N": 1, "knn": 0, "pytorch3d ball_query": 0}, counts
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])

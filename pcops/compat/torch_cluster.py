@@ -168,13 +168,13 @@ def fps(
         keep &= batch < int(batch_size)
     if N > 1:
         # one reduction for the order check and the largest cloud: the cloud size of each point
-        # but the first (which covers every cloud's size), -1 where an id is below the one
-        # before it
-        low, L = torch.where(batch[1:] < batch[:-1], -1, counts[1:]).aminmax()
+        # but the first (which covers every cloud's size; >= 1 in a sorted vector), 0 where an
+        # id is below the one before it
+        low, L = ((batch[1:] >= batch[:-1]) * counts[1:]).aminmax()
     else:
         low, L = counts[0], counts[0]
     low, first, last, L, E = torch.stack([low, batch[0], batch[-1], L, keep.sum()]).tolist()
-    if low < 0 or first < 0:
+    if low < 1 or first < 0:
         _check_batch_values(batch, "fps", "batch")  # raises the ValueError
     # After the synchronisation the GPU idles until the FPS is launched: launch it first, with
     # the least host work before it; the index arithmetic after it overlaps the kernel.
