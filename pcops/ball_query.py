@@ -75,6 +75,9 @@ def ball_query_dist2(
     distance comes with it: 0 in empty slots, else the search's own arithmetic (the bits of
     ``pcops.neighbor_dist2(query, ref, idx)``). One dispatch, no host synchronisation.
 
+    Args:
+        query, ref, radius, nsample, query_lengths, ref_lengths: as for :func:`ball_query`.
+
     Returns:
         ``(dist2, idx)``: ``[B, M, nsample]`` in the dtype of ``query``, differentiable with
         respect to ``query`` and ``ref`` (as ``neighbor_dist2``: deterministic), and int64
