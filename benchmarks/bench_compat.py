@@ -2,6 +2,8 @@
 
     python benchmarks/bench_compat.py                 # GPU, PointNet++ shapes (B=16, N=4096)
     python benchmarks/bench_compat.py --quick         # CPU smoke run, small sizes
+    python benchmarks/bench_compat.py --count         # dispatches per call (any device)
+    python benchmarks/bench_compat.py --profile       # + CUDA kernels and their time per call
 
 Each row times one compat call and the raw op(s) it wraps (the "raw" column names them), on
 the same inputs handed over through zero-cost views only (a transpose view for channels-first
@@ -9,7 +11,8 @@ features, int64 indices already made). The difference is the shim: the int32 cas
 conversions the peer API demands, and the Python around them. Where the peer's contract makes
 the output size depend on the data (torch_cluster's radius, fps with a batch vector), the raw side
 includes the one host synchronisation that any implementation needs (radius: the nonzero of the
-valid slots; fps: one read of the largest cloud). Times are medians of
+valid slots, or the neighbor_edges op the compat radius is built on; fps: one read of the
+largest cloud). Times are medians of
 `--reps` repetitions, each timing `--inner` back-to-back calls between two CUDA events
 (perf_counter on the CPU) and dividing, so the host cost of a call is part of its time whenever
 the GPU would otherwise wait for it. Target (issue 12): overhead < 10 % or < 10 us per call.
@@ -24,6 +27,7 @@ import sys
 import time
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -62,6 +66,45 @@ def time_us(fn, device, reps, inner, warmup=3):
     return statistics.median(times)
 
 
+class _CountDispatches(TorchDispatchMode):
+    """Counts the aten / pcops ops one call dispatches (what each costs the host: a few
+    microseconds each on a GPU), split into views (no kernel) and the rest."""
+
+    def __init__(self):
+        super().__init__()
+        self.views, self.ops, self.names = 0, 0, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.is_view:
+            self.views += 1
+        else:
+            self.ops += 1
+            self.names.append(func.__name__.split(".")[0])
+        return func(*args, **(kwargs or {}))
+
+
+def count_dispatches(fn):
+    """(ops that are not views, views, the names of the former) of one call of fn."""
+    fn()
+    with _CountDispatches() as c:
+        fn()
+    return c.ops, c.views, c.names
+
+
+def cuda_kernels(fn, inner):
+    """(kernels, GPU-busy us) per call of fn, from torch.profiler over `inner` calls."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(inner):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.device_time for e in kernels)  # us
+    return len(kernels) / inner, busy / inner
+
+
 def cases(B, N, M, S, C, device):
     g = torch.Generator().manual_seed(0)
     xyz = torch.rand(B, N, 3, generator=g).to(device)
@@ -94,6 +137,12 @@ def cases(B, N, M, S, C, device):
         # ball query, the valid-slot mask and one nonzero (its host synchronisation)
         idx, count = ops.ball_query(one_y.unsqueeze(0), one.unsqueeze(0), 0.2, S)
         return (torch.arange(S, device=device) < count[0].unsqueeze(1)).nonzero()
+
+    def raw_radius_edges():
+        # the raw ops the compat radius wraps: the ball query and the COO compaction op (its
+        # one synchronisation)
+        idx, count = ops.ball_query(one_y.unsqueeze(0), one.unsqueeze(0), 0.2, S)
+        return ops.neighbor_edges(idx, N, count)
 
     def raw_fps_batch():
         # the output size (samples per cloud) and the FPS's shape (the largest cloud) depend on
@@ -138,6 +187,8 @@ def cases(B, N, M, S, C, device):
          "knn", lambda: ops.knn(one_y.unsqueeze(0), one.unsqueeze(0), S)),
         ("torch_cluster", "radius (one cloud)*", lambda: tc.radius(one, one_y, 0.2, max_num_neighbors=S),
          "ball_query+nonzero", raw_radius),
+        ("torch_cluster", "radius (one cloud)*", lambda: tc.radius(one, one_y, 0.2, max_num_neighbors=S),
+         "ball_query+neighbor_edges", raw_radius_edges),
         ("torch_cluster", "fps (batch vector)*", lambda: tc.fps(flat, flat_batch, M / N, False),
          "cloud size+sync+fps", raw_fps_batch),
     ]
@@ -152,6 +203,11 @@ def main():
     p.add_argument("--channels", type=int, default=64)
     p.add_argument("--reps", type=int, default=21)
     p.add_argument("--inner", type=int, default=10)
+    p.add_argument("--count", action="store_true",
+                   help="also count the dispatches of one call (views apart) on each side")
+    p.add_argument("--profile", action="store_true",
+                   help="with --count on CUDA: also the kernels and GPU-busy us per call")
+    p.add_argument("--names", action="store_true", help="with --count: print the compat ops")
     args = p.parse_args()
     if args.quick:
         args.batch, args.points, args.centres, args.nsample, args.channels = 2, 512, 128, 16, 16
@@ -164,14 +220,31 @@ def main():
         t_compat = time_us(fn, dev, args.reps, args.inner)
         extra = t_compat - t_raw
         ok = extra < 10.0 or extra < 0.10 * t_raw
-        rows.append([lib, name, raw_name, f"{t_raw:.1f}", f"{t_compat:.1f}", f"{extra:+.1f}",
-                     f"{100 * extra / t_raw:+.1f}%", "ok" if ok else "OVER"])
+        row = [lib, name, raw_name, f"{t_raw:.1f}", f"{t_compat:.1f}", f"{extra:+.1f}",
+               f"{100 * extra / t_raw:+.1f}%", "ok" if ok else "OVER"]
+        if args.count:
+            (co, cv, names), (ro, rv, _) = count_dispatches(fn), count_dispatches(raw)
+            row += [f"{ro}+{rv}v", f"{co}+{cv}v"]
+            if args.names:
+                print(f"{lib} {name}: {' '.join(names)}")
+            if args.profile and str(dev).startswith("cuda"):
+                (ck, cb), (rk, rb) = cuda_kernels(fn, args.inner), cuda_kernels(raw, args.inner)
+                row += [f"{rk:.0f} / {rb:.1f}", f"{ck:.0f} / {cb:.1f}"]
+        rows.append(row)
     print("\n".join(environment_header()))
     print(f"B={args.batch} N={args.points} M={args.centres} S={args.nsample} C={args.channels}, "
           f"device {dev}, medians of {args.reps} x {args.inner} calls (us per call)")
-    print_table("pcops.compat overhead over the raw ops",
-                ["library", "compat call", "raw", "raw us", "compat us", "extra us", "extra",
-                 "< 10% or < 10 us"], rows, file=args.out)
+    header = ["library", "compat call", "raw", "raw us", "compat us", "extra us", "extra",
+              "< 10% or < 10 us"]
+    if args.count:
+        header += ["raw ops", "compat ops"]
+        if args.profile and str(dev).startswith("cuda"):
+            header += ["raw kernels / GPU us", "compat kernels / GPU us"]
+    print_table("pcops.compat overhead over the raw ops", header, rows, file=args.out)
+    if args.count:
+        print("ops: dispatches of one call that are not views, + views (v), counted with a "
+              "TorchDispatchMode" + ("; kernels / GPU us: torch.profiler, per call"
+                                     if args.profile else ""))
 
 
 if __name__ == "__main__":

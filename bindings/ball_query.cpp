@@ -1,4 +1,6 @@
-// ball_query.cpp -- binding of ball_query: checks, allocation, dispatch to kernels/ball_query.*.
+// ball_query.cpp -- bindings of ball_query and ball_query_dist2 (the same search in PyTorch3D's
+// layout, with distances): checks, allocation, dispatch to kernels/ball_query.* (and, for
+// ball_query_dist2, kernels/neighbor_dist2.*).
 #include <torch/library.h>
 
 #include "utils.h"
@@ -7,6 +9,7 @@ namespace pcops {
 namespace {
 
 constexpr const char* kOp = "ball_query";
+constexpr const char* kOpDist2 = "ball_query_dist2";
 
 // The internal `variant` argument: a pcops_search_variant value.
 pcops_search_variant check_search_variant(int64_t variant) {
@@ -30,11 +33,11 @@ struct BallQueryCall {
 
 BallQueryCall prepare(const at::Tensor& query, const at::Tensor& ref, double radius,
                       int64_t nsample, const std::optional<at::Tensor>& query_lengths,
-                      const std::optional<at::Tensor>& ref_lengths) {
-    QueryRef q = check_query_ref(kOp, query, ref, query_lengths, ref_lengths);
-    check_radius(kOp, "radius", radius);
-    check_positive(kOp, "nsample", nsample);
-    check_output_elements(kOp, "nsample", {q.B, q.M, nsample}, 8, query);
+                      const std::optional<at::Tensor>& ref_lengths, const char* op = kOp) {
+    QueryRef q = check_query_ref(op, query, ref, query_lengths, ref_lengths);
+    check_radius(op, "radius", radius);
+    check_positive(op, "nsample", nsample);
+    check_output_elements(op, "nsample", {q.B, q.M, nsample}, 8, query);
     BallQueryCall c;
     c.B = q.B;
     c.M = q.M;
@@ -69,6 +72,37 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query, const
     return {c.idx, c.count};
 }
 
+// ball_query_dist2: the ball query above (auto path), then one pass that empties the padded
+// slots (idx -1, dist2 0: PyTorch3D's layout) and writes the others' squared distances with the
+// searches' arithmetic. dist2 in the dtype of query.
+at::Tensor dist2_in_query_dtype(const at::Tensor& dist2, const at::Tensor& query) {
+    return dist2.scalar_type() == query.scalar_type() ? dist2 : dist2.to(query.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cpu(
+    const at::Tensor& query, const at::Tensor& ref, double radius, int64_t nsample,
+    const std::optional<at::Tensor>& query_lengths, const std::optional<at::Tensor>& ref_lengths) {
+    BallQueryCall c =
+        prepare(query, ref, radius, nsample, query_lengths, ref_lengths, kOpDist2);
+    const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    at::Tensor workspace =
+        at::empty({(int64_t)pcops_ball_query_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.radius2,
+                                                                 c.nsample, PCOPS_SEARCH_AUTO)},
+                  c.query.options().dtype(at::kByte));
+    check_status(kOpDist2, pcops_ball_query_cpu_variant(
+                               dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                               ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B,
+                               c.M, c.N, c.radius2, c.nsample, PCOPS_SEARCH_AUTO,
+                               workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
+                               c.count.data_ptr<int64_t>()));
+    at::Tensor dist2 = at::empty(c.idx.sizes(), c.query.options());
+    check_status(kOpDist2, pcops_neighbor_dist2_count_cpu(
+                               dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                               c.idx.data_ptr<int64_t>(), c.count.data_ptr<int64_t>(), c.B, c.M,
+                               c.N, c.nsample, dist2.data_ptr()));
+    return {dist2_in_query_dtype(dist2, query), c.idx};
+}
+
 #ifdef PCOPS_WITH_CUDA
 std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, const at::Tensor& ref,
                                                    double radius, int64_t nsample,
@@ -92,14 +126,47 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, cons
                                               at::cuda::getCurrentCUDAStream()));
     return {c.idx, c.count};
 }
+
+std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cuda(
+    const at::Tensor& query, const at::Tensor& ref, double radius, int64_t nsample,
+    const std::optional<at::Tensor>& query_lengths, const std::optional<at::Tensor>& ref_lengths) {
+    check_cuda_tensor(kOpDist2, "query", query);
+    c10::cuda::CUDAGuard guard(query.device());
+    BallQueryCall c =
+        prepare(query, ref, radius, nsample, query_lengths, ref_lengths, kOpDist2);
+    pcops_ball_query_cuda_plan plan;
+    const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    check_cuda(kOpDist2, pcops_ball_query_cuda_plan_make(dtype, c.B, c.M, c.N, c.radius2,
+                                                         c.nsample, PCOPS_SEARCH_AUTO, &plan));
+    at::Tensor workspace =
+        at::empty({(int64_t)plan.workspace_bytes}, c.query.options().dtype(at::kByte));
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    check_cuda(kOpDist2, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
+                                                   ptr_or_null(c.query_lengths),
+                                                   ptr_or_null(c.ref_lengths),
+                                                   workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
+                                                   c.count.data_ptr<int64_t>(), stream));
+    at::Tensor dist2 = at::empty(c.idx.sizes(), c.query.options());
+    check_cuda(kOpDist2, pcops_neighbor_dist2_count_cuda(
+                             dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                             c.idx.data_ptr<int64_t>(), c.count.data_ptr<int64_t>(), c.B, c.M,
+                             c.N, c.nsample, dist2.data_ptr(), stream));
+    return {dist2_in_query_dtype(dist2, query), c.idx};
+}
 #endif
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("ball_query", &ball_query_cpu); }
+TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+    m.impl("ball_query", &ball_query_cpu);
+    m.impl("ball_query_dist2", &ball_query_dist2_cpu);
+}
 
 #ifdef PCOPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("ball_query", &ball_query_cuda); }
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+    m.impl("ball_query", &ball_query_cuda);
+    m.impl("ball_query_dist2", &ball_query_dist2_cuda);
+}
 #endif
 
 }  // namespace pcops

@@ -54,6 +54,15 @@ TORCH_LIBRARY(pcops, m) {
         "Tensor? query_lengths=None, Tensor? ref_lengths=None, int variant=0) -> "
         "(Tensor idx, Tensor count)");
 
+    // -> dist2[B,M,nsample] (query's dtype), idx[B,M,nsample] int64 (knn's order): ball_query's
+    // neighbours
+    // in PyTorch3D's layout: empty slots hold idx -1 and dist2 0 (ball_query repeats the first
+    // neighbour); dist2 with the searches' arithmetic (neighbor_dist2's bits), differentiable
+    // w.r.t. query and ref.
+    m.def(
+        "ball_query_dist2(Tensor query, Tensor ref, float radius, int nsample, "
+        "Tensor? query_lengths=None, Tensor? ref_lengths=None) -> (Tensor dist2, Tensor idx)");
+
     // features[B,N,C], idx[B,M,S] -> out[B,M,S,C] = features[b, idx[b,m,s], :] (0 where idx is -1).
     m.def("group(Tensor features, Tensor idx) -> Tensor");
 
@@ -82,6 +91,14 @@ TORCH_LIBRARY(pcops, m) {
     // |query[b,m] - ref[b, idx[b,m,s]]|^2 with the searches' arithmetic (the bits of knn's
     // dist2), 0 where idx is outside [0, N). Backward composed from group/group_backward.
     m.def("neighbor_dist2(Tensor query, Tensor ref, Tensor idx) -> Tensor");
+
+    // idx[B,M,S] int64, count[B,M]? -> edges[2,E] int64: the COO edges of neighbour lists, one
+    // per slot with 0 <= idx < num_ref (and s < count[b,m] when count is given), in (b,m,s)
+    // order; row = row_offset[b] + m (default b*M + m), col = col_offset[b] + idx (default
+    // b*num_ref + idx). Synchronises (E depends on the data).
+    m.def(
+        "neighbor_edges(Tensor idx, int num_ref, Tensor? count=None, Tensor? row_offset=None, "
+        "Tensor? col_offset=None) -> Tensor");
 
     // Internal (tests, benchmarks): circle NMS through one CUDA path, variant 0 by size, 1 the
     // single-block kernel (N <= 4096), 2 the bitmask path, 3 the grid path; the CPU takes 0.

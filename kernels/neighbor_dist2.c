@@ -11,6 +11,10 @@
  * uses, so dist2 of a kNN's neighbours equals the kNN's own dist2 bit for bit, on the CPU and
  * on CUDA (neighbor_dist2.cu).
  *
+ * pcops_neighbor_dist2_count_cpu is the same pass over a ball query's int64 idx and count (the
+ * second half of ball_query_dist2): slots s >= count[b,m] are emptied, idx -1 (written in place)
+ * and dist2 0, as PyTorch3D pads its ball query.
+ *
  * Work sharing: OpenMP over the B*M query rows; small calls run on one thread.
  */
 #include "common.h"
@@ -32,6 +36,11 @@
             const T* rb = r + b * N * 3;                                                       \
             for (int64_t s = 0; s < S; ++s) {                                                  \
                 const int64_t i = row * S + s;                                                 \
+                if (cnt && s >= cnt[row]) { /* _count: past the row's count, emptied */        \
+                    idx_w[i] = -1;                                                             \
+                    o[i] = (T)0;                                                               \
+                    continue;                                                                  \
+                }                                                                              \
                 const int64_t n = idx32 ? (int64_t)((const int32_t*)idx)[i]                    \
                                         : ((const int64_t*)idx)[i];                            \
                 if (n < 0 || n >= N) {                                                         \
@@ -52,8 +61,27 @@ pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, cons
         return PCOPS_ERROR_INVALID_VALUE;
     if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
     const int idx32 = idx_dtype == PCOPS_INDEX_INT32;
+    const int64_t* cnt = NULL;
+    int64_t* idx_w = NULL;
     if (B * M * S == 0) return PCOPS_SUCCESS;
     if (!query || !idx || !dist2 || (N > 0 && !ref)) return PCOPS_ERROR_INVALID_VALUE;
+    if (dtype == PCOPS_FLOAT32)
+        NEIGHBOR_DIST2_ROWS(float, f32);
+    else
+        NEIGHBOR_DIST2_ROWS(double, f64);
+    return PCOPS_SUCCESS;
+}
+
+pcops_status pcops_neighbor_dist2_count_cpu(pcops_dtype dtype, const void* query, const void* ref,
+                                            int64_t* idx, const int64_t* count, int64_t B,
+                                            int64_t M, int64_t N, int64_t S, void* dist2) {
+    if (B < 0 || M < 0 || N < 0 || S < 0) return PCOPS_ERROR_INVALID_VALUE;
+    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    const int idx32 = 0;
+    const int64_t* cnt = count;
+    int64_t* idx_w = idx;
+    if (B * M * S == 0) return PCOPS_SUCCESS;
+    if (!query || !idx || !count || !dist2 || (N > 0 && !ref)) return PCOPS_ERROR_INVALID_VALUE;
     if (dtype == PCOPS_FLOAT32)
         NEIGHBOR_DIST2_ROWS(float, f32);
     else

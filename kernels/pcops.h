@@ -270,6 +270,32 @@ pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, cons
 pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, const void* ref,
                                       const void* idx, pcops_index_dtype idx_dtype, int64_t B,
                                       int64_t M, int64_t N, int64_t S, void* dist2);
+/* The same for a ball query's int64 idx[B,M,S] and count[B,M] (ball_query_dist2): slots
+ * s >= count[b,m] are emptied, idx[b,m,s] = -1 (written in place) and dist2 0 -- PyTorch3D's
+ * padding of its ball query; the others as above. */
+pcops_status pcops_neighbor_dist2_count_cpu(pcops_dtype dtype, const void* query, const void* ref,
+                                            int64_t* idx, const int64_t* count, int64_t B,
+                                            int64_t M, int64_t N, int64_t S, void* dist2);
+
+/* ------------------------------------------------------------------------------------------
+ * Neighbour edges (kernels/neighbor_edges.c, kernels/neighbor_edges.cu)
+ *
+ *   idx[B,M,S] int64, count[B,M]? -> edges[2,E] int64: an edge per slot (b,m,s) with
+ *   0 <= idx[b,m,s] < N and, when count is given, s < count[b,m], in (b,m,s) order:
+ *   edges[0,e] = row_offset[b] + m (b*M + m without row_offset),
+ *   edges[1,e] = col_offset[b] + idx[b,m,s] (b*N + idx without col_offset).
+ *
+ * The COO form of a kNN's or ball query's neighbours (torch_cluster's edge_index). E depends on
+ * the data, so two calls around one read of it: _count writes ends[B*M], ends[r] = the number
+ * of edges of the rows r' <= r (row r = b*M + m), E = ends[B*M - 1]; the caller allocates
+ * edges [2, E] and _write fills it. count, row_offset, col_offset may be NULL.
+ * ---------------------------------------------------------------------------------------- */
+pcops_status pcops_neighbor_edges_count_cpu(const int64_t* idx, const int64_t* count, int64_t B,
+                                            int64_t M, int64_t N, int64_t S, int64_t* ends);
+pcops_status pcops_neighbor_edges_write_cpu(const int64_t* idx, const int64_t* count,
+                                            const int64_t* row_offset, const int64_t* col_offset,
+                                            int64_t B, int64_t M, int64_t N, int64_t S,
+                                            const int64_t* ends, int64_t* edges);
 
 #ifdef PCOPS_HAVE_CUDA_API
 /* ------------------------------------------------------------------------------------------
@@ -409,6 +435,22 @@ cudaError_t pcops_neighbor_dist2_cuda(pcops_dtype dtype, const void* query, cons
                                       const void* idx, pcops_index_dtype idx_dtype, int64_t B,
                                       int64_t M, int64_t N, int64_t S, void* dist2,
                                       cudaStream_t stream);
+cudaError_t pcops_neighbor_dist2_count_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                                            int64_t* idx, const int64_t* count, int64_t B,
+                                            int64_t M, int64_t N, int64_t S, void* dist2,
+                                            cudaStream_t stream);
+/* Neighbour edges on CUDA (see pcops_neighbor_edges_count_cpu): _count also takes a workspace
+ * of pcops_neighbor_edges_cuda_workspace_bytes(B, M) bytes (B*M at most 2**31 - 1 rows); _write
+ * takes E, read by the caller from ends[B*M - 1] after _count (its one host synchronisation). */
+size_t pcops_neighbor_edges_cuda_workspace_bytes(int64_t B, int64_t M);
+cudaError_t pcops_neighbor_edges_count_cuda(const int64_t* idx, const int64_t* count, int64_t B,
+                                            int64_t M, int64_t N, int64_t S, void* workspace,
+                                            int64_t* ends, cudaStream_t stream);
+cudaError_t pcops_neighbor_edges_write_cuda(const int64_t* idx, const int64_t* count,
+                                            const int64_t* row_offset, const int64_t* col_offset,
+                                            int64_t B, int64_t M, int64_t N, int64_t S,
+                                            const int64_t* ends, int64_t E, int64_t* edges,
+                                            cudaStream_t stream);
 #endif /* PCOPS_HAVE_CUDA_API */
 
 #ifdef __cplusplus

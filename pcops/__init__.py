@@ -6,7 +6,9 @@ typed, documented wrappers:
     furthest_point_sample   greedy farthest point sampling, with the coverage radius curve
     knn                     k nearest neighbours, sorted, differentiable distances
     ball_query              the first neighbours within a radius
+    ball_query_dist2        the same, padded with -1, with the distances (PyTorch3D's layout)
     neighbor_dist2          squared distances to listed neighbours (ball_query's idx), differentiable
+    neighbor_edges          neighbour lists as COO edges [2, E] (torch_cluster's edge_index)
     group                   gather neighbour features, deterministic backward
     group_backward          that backward as an op of its own (sum of gathered gradients)
     circle_nms              greedy centre-distance NMS for 3-D detection
@@ -24,12 +26,13 @@ from ._loader import load_library as _load_library
 _build_info = _load_library()
 
 from ._debug import set_debug_checks  # noqa: E402
-from .ball_query import ball_query  # noqa: E402
+from .ball_query import ball_query, ball_query_dist2  # noqa: E402
 from .circle_nms import circle_nms, circle_nms_mask  # noqa: E402
 from .fps import furthest_point_sample  # noqa: E402
 from .group import group, group_backward  # noqa: E402
 from .knn import knn  # noqa: E402
 from .neighbor_dist2 import neighbor_dist2  # noqa: E402
+from .neighbor_edges import neighbor_edges  # noqa: E402
 from . import io  # noqa: E402  (point-cloud file readers, the preprocess cache)
 from . import preprocess  # noqa: E402  (a callable module: pcops.preprocess(clouds, npoint, nsample))
 from .preprocess import GraphedPreprocess, Preprocessed, preprocess_stream  # noqa: E402
@@ -43,6 +46,7 @@ WITH_CUDA: bool = _build_info.WITH_CUDA
 __all__ = [
     "WITH_CUDA",
     "ball_query",
+    "ball_query_dist2",
     "circle_nms",
     "circle_nms_mask",
     "furthest_point_sample",
@@ -50,6 +54,7 @@ __all__ = [
     "group_backward",
     "knn",
     "neighbor_dist2",
+    "neighbor_edges",
     "io",
     "preprocess",
     "GraphedPreprocess",

@@ -1,10 +1,11 @@
-"""Ball query: wrapper and fake (meta) implementation."""
+"""Ball query: wrappers, fake (meta) implementations, and the autograd of ball_query_dist2's
+distances."""
 from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
-__all__ = ["ball_query"]
+__all__ = ["ball_query", "ball_query_dist2"]
 
 
 def ball_query(
@@ -56,6 +57,64 @@ def ball_query(
         query, ref, radius, nsample, query_lengths, ref_lengths
     )
     return (idx, count) if return_count else idx
+
+
+def ball_query_dist2(
+    query: Tensor,
+    ref: Tensor,
+    radius: float,
+    nsample: int,
+    query_lengths: Optional[Tensor] = None,
+    ref_lengths: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor]:
+    """:func:`ball_query` in PyTorch3D's layout, with the distances, in one op (outputs in
+    :func:`knn`'s order).
+
+    The same neighbours in the same slots as :func:`ball_query`, but slots past the number
+    found hold -1 (``ball_query`` repeats the first neighbour there) and each slot's squared
+    distance comes with it: 0 in empty slots, else the search's own arithmetic (the bits of
+    ``pcops.neighbor_dist2(query, ref, idx)``). One dispatch, no host synchronisation.
+
+    Args:
+        query, ref, radius, nsample, query_lengths, ref_lengths: as for :func:`ball_query`.
+
+    Returns:
+        ``(dist2, idx)``: ``[B, M, nsample]`` in the dtype of ``query``, differentiable with
+        respect to ``query`` and ``ref`` (as ``neighbor_dist2``: deterministic), and int64
+        ``[B, M, nsample]`` in ``[-1, N)``.
+
+    Example:
+        >>> d2, idx = pcops.ball_query_dist2(centres, xyz, 0.2, 32)   # 0 / -1 past the hits
+    """
+    return torch.ops.pcops.ball_query_dist2.default(
+        query, ref, radius, nsample, query_lengths, ref_lengths
+    )
+
+
+@torch.library.register_fake("pcops::ball_query_dist2")
+def _ball_query_dist2_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
+    idx, _ = _ball_query_fake(query, ref, radius, nsample, query_lengths, ref_lengths)
+    return query.new_empty(idx.shape), idx
+
+
+def _ball_query_dist2_setup_context(ctx, inputs, output):
+    query, ref = inputs[0], inputs[1]
+    ctx.mark_non_differentiable(output[1])
+    if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+        ctx.save_for_backward(query, ref, output[1])
+
+
+def _ball_query_dist2_backward(ctx, grad_dist2, grad_idx):
+    """neighbor_dist2's formula on the returned idx."""
+    from .neighbor_dist2 import _neighbor_dist2_backward
+    grad_query, grad_ref, _ = _neighbor_dist2_backward(ctx, grad_dist2)
+    return grad_query, grad_ref, None, None, None, None
+
+
+torch.library.register_autograd(
+    "pcops::ball_query_dist2", _ball_query_dist2_backward,
+    setup_context=_ball_query_dist2_setup_context,
+)
 
 
 # Search variants of the internal `variant` argument (kernels/pcops.h, pcops_search_variant).

@@ -278,12 +278,40 @@ def _syncs(fn):
 
 def test_one_host_synchronisation_per_call(cuda, gen):
     """fps with a batch vector, radius and knn of one cloud: a single synchronisation (the
-    output size depends on the data), as few as torch_cluster's (fps and radius have two)."""
+    output size depends on the data), as few as torch_cluster's (fps and radius have two);
+    knn with every slot filled and PyTorch3D's ball_query: none. Counts per call in the
+    message."""
     x, batch = random_batch([300, 200, 1], gen, cuda)
     x = x.float()
     one = x[:300]
-    assert _syncs(lambda: tc.fps(x, batch, 0.25, False)) == 1
-    assert _syncs(lambda: tc.fps(x, batch, 0.25, True)) == 1
-    assert _syncs(lambda: tc.radius(one, one[:50], 0.2, max_num_neighbors=16)) == 1
-    assert _syncs(lambda: tc.knn(one, one[:50], 400)) == 1
-    assert _syncs(lambda: tc.knn(one, one[:50], 8)) == 0
+    two_clouds = torch.arange(400, device=cuda) // 200
+    from pcops.compat import pytorch3d as p3d
+    counts = {
+        "fps": _syncs(lambda: tc.fps(x, batch, 0.25, False)),
+        "fps random_start": _syncs(lambda: tc.fps(x, batch, 0.25, True)),
+        "fps clouds of one size": _syncs(lambda: tc.fps(x[:400], two_clouds, 0.25, False)),
+        "radius": _syncs(lambda: tc.radius(one, one[:50], 0.2, max_num_neighbors=16)),
+        "knn k > N": _syncs(lambda: tc.knn(one, one[:50], 400)),
+        "knn": _syncs(lambda: tc.knn(one, one[:50], 8)),
+        "pytorch3d ball_query": _syncs(lambda: p3d.ball_query(one[None, :50], one[None], K=8,
+                                                              radius=0.2)),
+    }
+    assert counts == {"fps": 1, "fps random_start": 1, "fps clouds of one size": 1, "radius": 1,
+                      "knn k > N": 1, "knn": 0, "pytorch3d ball_query": 0}, counts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_fps_batched_sample_counts_per_cloud(device, dtype):
+    """The batched path's per-point test rank < ceil(n_b * ratio) (compared in the points'
+    dtype where that is exact, through ceil otherwise): per cloud the count torch_cluster
+    computes, also for clouds past 2048 points, where half types round n_b and the ranks."""
+    sizes = [2501, 3000, 7, 4097, 1, 2049]
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(device)
+    x = torch.rand(sum(sizes), 3, generator=torch.Generator().manual_seed(0)).to(device, dtype)
+    for ratio in (0.3, 1 / 3, 0.5, 0.9999):
+        out = tc.fps(x, batch, ratio, False)
+        got = torch.bincount(batch[out].cpu(), minlength=len(sizes)).tolist()
+        # (a product rounded past n, as bfloat16's 3000 * 0.9999 -> 3008, samples the cloud)
+        exp = [min(n, int(torch.ceil(torch.tensor(float(n), dtype=dtype)
+                                     * torch.tensor(ratio, dtype=dtype)))) for n in sizes]
+        assert got == exp, (ratio, got, exp)

@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..fps import furthest_point_sample as _fps
-from ._util import nograd as _nograd
 
 __pcops_compat__ = True
 
@@ -182,13 +181,10 @@ def ball_query(
     D = p2.shape[2]
     q = _to_3d(p1, "ball_query", "p1")
     r = _to_3d(p2, "ball_query", "p2")
-    idx, count = torch.ops.pcops.ball_query.default(
-        _nograd(q), _nograd(r), float(radius), K, lengths1, lengths2
-    )
-    cols = torch.arange(K, device=idx.device)
-    idx = idx.masked_fill(cols >= count.unsqueeze(-1), -1)  # PyTorch3D pads with -1
-    # one kernel: the search's own squared distances, 0 where idx is -1, differentiable
-    dists = torch.ops.pcops.neighbor_dist2.default(q, r, idx)
+    # one op: PyTorch3D's -1 padding and the search's own squared distances (0 in empty
+    # slots), differentiable with respect to both clouds
+    dists, idx = torch.ops.pcops.ball_query_dist2.default(q, r, float(radius), K, lengths1,
+                                                          lengths2)
     knn = None
     if return_nn:
         nn = torch.ops.pcops.group.default(r, idx)  # [N, P1, K, 3], zeros in empty slots

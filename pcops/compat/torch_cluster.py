@@ -9,13 +9,15 @@ in index order, as torch_cluster's CUDA code), ``loop``, ``batch_size``. Unsorte
 vectors raise ValueError ("'batch_x' is not sorted"), as recent torch_cluster does; clouds
 with no points (empty batches) are fine.
 
-Output sizes depend on the data, so these functions synchronise with the host once per call
-(torch_cluster's fps and radius: twice); the batch vectors' checks ride on that one copy.
-Batched calls repack the flat points into a padded ``[B, L, 3]`` batch (one gather of the
-points, located by binary searches of the sorted batch vector on the device) and call the
-pcops op once; fps over clouds of one size uses the flat points as they are (a view). The host
-work after the synchronisation is kept to the least: the FPS launch, or one gather of the COO
-pairs (built before it).
+Output sizes depend on the data, so these functions synchronise with the host: fps once per
+call, knn / radius of one cloud once (inside the ``pcops.neighbor_edges`` op that compacts the
+neighbour slots into ``edge_index``), batched knn / radius twice (the clouds' sizes, then the
+edge count); torch_cluster's fps and radius synchronise twice. The batch vectors' checks ride
+on the first copy. Batched calls repack the flat points into a padded ``[B, L, 3]`` batch (one
+gather of the points, located by binary searches of the sorted batch vector on the device) and
+call the pcops op once; fps over clouds of one size uses the flat points as they are (a view).
+The host work after a synchronisation is kept to the least: the FPS launch, or nothing (the
+edge compaction finishes inside its op).
 
 Differences (see the README): D <= 3 (fewer coordinates are padded with zeros; D > 3 raises
 NotImplementedError), ``cosine=True`` raises NotImplementedError; FPS distances start at +inf
@@ -161,10 +163,19 @@ def fps(
     left, right = _cloud_bounds(batch)
     counts = right - left
     rank = torch.arange(N, device=x.device) - left
-    keep = rank < torch.ceil(counts.to(x.dtype) * torch.tensor(r, dtype=x.dtype)).long()
+    keep = _below_samples(rank, counts, r, x.dtype, N)
     if batch_size is not None:
         keep &= batch < int(batch_size)
-    (last,), (L, E) = _layout("fps", [("batch", batch)], [counts.max(), keep.sum()])
+    if N > 1:
+        # one reduction for the order check and the largest cloud: the cloud size of each point
+        # but the first (which covers every cloud's size; >= 1 in a sorted vector), 0 where an
+        # id is below the one before it
+        low, L = ((batch[1:] >= batch[:-1]) * counts[1:]).aminmax()
+    else:
+        low, L = counts[0], counts[0]
+    low, first, last, L, E = torch.stack([low, batch[0], batch[-1], L, keep.sum()]).tolist()
+    if low < 1 or first < 0:
+        _check_batch_values(batch, "fps", "batch")  # raises the ValueError
     # After the synchronisation the GPU idles until the FPS is launched: launch it first, with
     # the least host work before it; the index arithmetic after it overlaps the kernel.
     if E == 0:
@@ -175,32 +186,45 @@ def fps(
         # every point lies in clouds 0..B-1, none larger than L, N = B * L points: all clouds
         # hold exactly L points. The flat points are the batch as they are (a view, no
         # lengths), and every cloud yields its K samples in order.
-        idx = _fps(_nograd(x).reshape(B, L, 3), K, None, random_start=bool(random_start))
+        idx = _sample(_nograd(x).view(B, L, 3), K, None, random_start)
         return idx.add_(torch.arange(0, N, L, device=x.device).unsqueeze(1)).view(-1)
     padded, lengths, _ = _pack(_nograd(x), batch, B, L)
-    idx = _fps(padded, K, lengths, random_start=bool(random_start))
+    idx = _sample(padded, K, lengths, random_start)
     points = torch.nonzero_static(keep, size=E).squeeze(1)  # E is known: no synchronisation
     return idx.view(-1)[batch[points] * K + rank[points]] + left[points]
 
 
-def _compact(idx: Tensor, valid: Tensor, offset: Optional[Tensor] = None) -> Tensor:
-    """COO ``[2, E]`` of the valid slots of ``idx [M, S]`` (row = the slot's row, col = its
-    index plus the row's ``offset``). The (row, col) pairs of every slot are built first, while
-    the search still runs; then the one nonzero (the synchronisation the output size needs)
-    and a single gather of the valid pairs, which is all the host does after it."""
-    M, S = idx.shape
-    rows = torch.arange(M, device=idx.device).unsqueeze(1).expand(M, S)
-    cols = idx if offset is None else idx + offset.unsqueeze(1)
-    pairs = torch.stack((rows, cols)).view(2, M * S)
-    return pairs.index_select(1, valid.view(-1).nonzero().view(-1))
+def _below_samples(rank: Tensor, counts: Tensor, r: float, dtype: torch.dtype, N: int) -> Tensor:
+    """rank < ceil(count * r) with the product rounded in `dtype`, as torch_cluster computes the
+    number of samples. For an integer rank that is rank < count * r, compared in `dtype` (one
+    kernel less for the ceil, one for the cast) where `dtype` holds every rank < N exactly."""
+    product = counts * torch.tensor(r, dtype=dtype)  # a 0-d operand: the product is in dtype
+    if dtype == torch.float64 or (dtype == torch.float32 and N <= 2**24):
+        return rank < product
+    return rank < torch.ceil(product).long()
+
+
+def _sample(points: Tensor, K: int, lengths: Optional[Tensor], random_start) -> Tensor:
+    """FPS of [B, L, 3] -> idx [B, K]: the op itself unless the start is drawn at random."""
+    if random_start:
+        return _fps(points, K, lengths, random_start=True)
+    return torch.ops.pcops.furthest_point_sample.default(points, K, lengths, None)[0]
+
+
+def _edges(idx, n_x, count, y_first, x_first) -> Tensor:
+    """edge_index [2, E] of the neighbour slots of idx [B, My, S] (pcops.neighbor_edges): rows
+    are global y indices, columns global x indices (one cloud: m and idx as they are)."""
+    return torch.ops.pcops.neighbor_edges.default(idx, n_x, count, y_first, x_first)
 
 
 def _neighbours(op, x, y, batch_x, batch_y, batch_size, fn, *args):
     """Runs `op(query, ref, *args, query_lengths, ref_lengths)` on the clouds of y (queries)
-    and x (refs); returns (local idx [M, S] into the cloud, count-or-None, x offset [M])."""
+    and x (refs). Returns (idx [B, My, S] local to each cloud, the op's second output, the
+    global index of each cloud's first y and first x point ([B] each, or None for one cloud),
+    the number of x points per cloud in idx): what pcops.neighbor_edges takes."""
     if batch_x is None and batch_y is None and (batch_size is None or int(batch_size) == 1):
-        out = op(y.unsqueeze(0), x.unsqueeze(0), *args)  # one cloud: no repacking
-        return out[0][0], out[1][0], None
+        idx, second = op(y.unsqueeze(0), x.unsqueeze(0), *args)  # one cloud: no repacking
+        return idx, second, None, None, x.shape[0]
     if batch_x is None:
         batch_x = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
     if batch_y is None:
@@ -211,14 +235,12 @@ def _neighbours(op, x, y, batch_x, batch_y, batch_size, fn, *args):
                              [(rx - lx).max(), (ry - ly).max()])
     B = _batch_size(batch_size, last)
     if B == 1:  # one cloud (sorted, non-negative ids whose largest is 0): no repacking
-        out = op(y.unsqueeze(0), x.unsqueeze(0), *args)
-        return out[0][0], out[1][0], None
+        idx, second = op(y.unsqueeze(0), x.unsqueeze(0), *args)
+        return idx, second, None, None, x.shape[0]
     xp, x_len, x_ptr = _pack(x, batch_x, B, Lx)
-    yp, y_len, _ = _pack(y, batch_y, B, Ly)
-    out = op(yp, xp, *args, y_len, x_len)
-    y_pos = torch.arange(y.shape[0], device=y.device) - ly
-    first, second = out[0][batch_y, y_pos], out[1][batch_y, y_pos]
-    return first, second, x_ptr[batch_y]
+    yp, y_len, y_ptr = _pack(y, batch_y, B, Ly)
+    idx, second = op(yp, xp, *args, y_len, x_len)  # rows past y_len[b] hold no neighbour
+    return idx, second, y_ptr[:-1], x_ptr[:-1], Lx
 
 
 def knn(
@@ -252,11 +274,13 @@ def knn(
         dist2, idx = torch.ops.pcops.knn.default(_nograd(query), _nograd(ref), k_, ql, rl)
         return idx, dist2
 
-    idx, _, offset = _neighbours(op, xs, ys, batch_x, batch_y, batch_size, "knn", k)
-    if offset is None and k <= xs.shape[0]:  # every slot is filled
-        rows = torch.arange(M, device=xs.device).unsqueeze(1).expand_as(idx)
-        return torch.stack([rows.reshape(-1), idx.reshape(-1)])
-    return _compact(idx, idx >= 0, offset)
+    idx, _, y_first, x_first, n_x = _neighbours(op, xs, ys, batch_x, batch_y, batch_size,
+                                                "knn", k)
+    if y_first is None and k <= xs.shape[0]:  # one cloud, every slot filled: no synchronisation
+        rows = torch.arange(M, device=xs.device).unsqueeze(1).expand(M, k)
+        return torch.stack([rows, idx.view(M, k)]).view(2, M * k)
+    # the slots that hold a neighbour (idx >= 0), compacted by one op (its one synchronisation)
+    return _edges(idx, n_x, None, y_first, x_first)
 
 
 def knn_graph(
@@ -311,14 +335,20 @@ def radius(
     def op(query, ref, r_, s_, ql=None, rl=None):
         return torch.ops.pcops.ball_query.default(_nograd(query), _nograd(ref), r_, s_, ql, rl)
 
-    idx, count, offset = _neighbours(op, xs, ys, batch_x, batch_y, batch_size, "radius",
-                                     float(r), S)
-    valid = torch.arange(S, device=xs.device) < count.unsqueeze(1)
-    if ignore_same_index:
-        col = idx if offset is None else idx + offset.unsqueeze(1)
-        valid &= col != torch.arange(M, device=xs.device).unsqueeze(1)
-        valid &= valid.long().cumsum(1) <= max_num_neighbors
-    return _compact(idx, valid, offset)
+    idx, count, y_first, x_first, n_x = _neighbours(op, xs, ys, batch_x, batch_y, batch_size,
+                                                    "radius", float(r), S)
+    if not ignore_same_index:
+        # the first count[b, m] slots of each row, compacted by one op (its one synchronisation)
+        return _edges(idx, n_x, count, y_first, x_first)
+    # without x[i] for y[i], and at most max_num_neighbors of the others: those slots stay,
+    # the rest become -1 (not an edge)
+    rows = torch.arange(idx.shape[1], device=xs.device)
+    rows = rows.unsqueeze(0) if y_first is None else rows + y_first.unsqueeze(1)  # global ids
+    cols = idx if x_first is None else idx + x_first.view(-1, 1, 1)
+    valid = torch.arange(S, device=xs.device) < count.unsqueeze(-1)
+    valid &= cols != rows.unsqueeze(-1)
+    valid &= valid.long().cumsum(2) <= max_num_neighbors
+    return _edges(idx.masked_fill(~valid, -1), n_x, None, y_first, x_first)
 
 
 def radius_graph(
