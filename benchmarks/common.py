@@ -41,6 +41,23 @@ def time_fn(fn, device, *, warmup=3, reps=20, min_time_s=0.0):
     return statistics.median(times)
 
 
+def time_cold_ms(fn, reps, flush, warmup=1):
+    """Median milliseconds of fn() on CUDA between two events, with L2 flushed before each call
+    (`flush`: a device buffer larger than L2, zeroed before the start event)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def try_import(name):
     """A peer library if it is installed (pytorch3d, torch_cluster, pointnet2_ops), else None."""
     try:
