@@ -2,9 +2,9 @@
 // checks, allocation, dispatch to kernels/knn.* (k = 3, through its plan) and
 // kernels/three_nn_pointnet2.* (sqrt of dist2 in place, int64 -> int32 indices with -1 -> 0).
 //
-// Per CUDA call: two allocations from the caching allocator (the kNN's dist2, which becomes
-// dist, and its int64 idx) plus the int32 idx, a workspace only where the kNN plan asks for
-// one, the kNN launch and one conversion launch; no host synchronisation. Half inputs compute
+// Per CUDA call: three allocations from the caching allocator (the kNN's dist2, converted in
+// place into dist; the kNN's int64 idx, a temporary; the int32 idx), a workspace only where the
+// kNN plan asks for one, the kNN launch and one conversion launch; no host synchronisation. Half inputs compute
 // in float32 (as knn) and dist is rounded to the input dtype at the end.
 //
 // Autograd: pointnet2_ops's three_nn is not differentiable; a fallthrough for the Autograd key
