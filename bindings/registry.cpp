@@ -92,6 +92,12 @@ TORCH_LIBRARY(pcops, m) {
     // dist2), 0 where idx is outside [0, N). Backward composed from group/group_backward.
     m.def("neighbor_dist2(Tensor query, Tensor ref, Tensor idx) -> Tensor");
 
+    // unknown[B,n,3], known[B,m,3] -> dist[B,n,3] (unknown's dtype), idx[B,n,3] int32:
+    // pointnet2_ops's three_nn in one op, the kNN with k = 3 in its layout: dist = sqrt of
+    // knn's dist2 (correctly rounded, the same bits on CPU and CUDA), slots past m (m < 3)
+    // hold idx 0 and dist +inf. Not differentiable (the Autograd key falls through).
+    m.def("three_nn_pointnet2(Tensor unknown, Tensor known) -> (Tensor dist, Tensor idx)");
+
     // idx[B,M,S] int64, count[B,M]? -> edges[2,E] int64: the COO edges of neighbour lists, one
     // per slot with 0 <= idx < num_ref (and s < count[b,m] when count is given), in (b,m,s)
     // order; row = row_offset[b] + m (default b*M + m), col = col_offset[b] + idx (default

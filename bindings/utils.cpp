@@ -157,20 +157,24 @@ void check_output_elements(const char* op, const char* name, at::IntArrayRef sha
 
 QueryRef check_query_ref(const char* op, const at::Tensor& query, const at::Tensor& ref,
                          const std::optional<at::Tensor>& query_lengths,
-                         const std::optional<at::Tensor>& ref_lengths) {
-    check_float_tensor(op, "query", query, 3, 3, "[B, M, 3]");
-    check_float_tensor(op, "ref", ref, 3, 3, "[B, N, 3]");
-    check_same_device(op, "ref", ref, "query", query);
-    TORCH_CHECK_TYPE(ref.scalar_type() == query.scalar_type(), "pcops.", op,
-                     ": argument 'ref' must have the dtype of 'query' (",
+                         const std::optional<at::Tensor>& ref_lengths, const char* query_name,
+                         const char* ref_name) {
+    check_float_tensor(op, query_name, query, 3, 3, "[B, M, 3]");
+    check_float_tensor(op, ref_name, ref, 3, 3, "[B, N, 3]");
+    check_same_device(op, ref_name, ref, query_name, query);
+    TORCH_CHECK_TYPE(ref.scalar_type() == query.scalar_type(), "pcops.", op, ": argument '",
+                     ref_name, "' must have the dtype of '", query_name, "' (",
                      c10::toString(query.scalar_type()), "), got ", describe(ref));
-    check_size(op, "ref", ref, 0, query.size(0), "the batch size B of 'query'");
+    if (ref.size(0) != query.size(0)) {  // the message is built only on failure
+        const std::string batch_of = std::string("the batch size B of '") + query_name + "'";
+        check_size(op, ref_name, ref, 0, query.size(0), batch_of.c_str());
+    }
     QueryRef q;
     q.B = query.size(0);
     q.M = query.size(1);
     q.N = ref.size(1);
-    check_points_per_cloud(op, "query", q.M, "M");
-    check_points_per_cloud(op, "ref", q.N, "N");
+    check_points_per_cloud(op, query_name, q.M, "M");
+    check_points_per_cloud(op, ref_name, q.N, "N");
     q.query_lengths = check_lengths(op, "query_lengths", query_lengths, q.B, q.M, query, "M");
     q.ref_lengths = check_lengths(op, "ref_lengths", ref_lengths, q.B, q.N, query);
     q.query = to_compute_dtype(query);

@@ -116,9 +116,11 @@ struct QueryRef {
     std::optional<at::Tensor> query_lengths, ref_lengths;
     int64_t B, M, N;
 };
+// query_name / ref_name: the arguments' names in the messages (three_nn_pointnet2: unknown, known).
 QueryRef check_query_ref(const char* op, const at::Tensor& query, const at::Tensor& ref,
                          const std::optional<at::Tensor>& query_lengths,
-                         const std::optional<at::Tensor>& ref_lengths);
+                         const std::optional<at::Tensor>& ref_lengths,
+                         const char* query_name = "query", const char* ref_name = "ref");
 
 // Contiguous copy (or view) in the dtype the kernels compute in: float32 for float16/bfloat16,
 // the dtype itself for float32/float64.

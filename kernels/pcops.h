@@ -278,6 +278,23 @@ pcops_status pcops_neighbor_dist2_count_cpu(pcops_dtype dtype, const void* query
                                             int64_t M, int64_t N, int64_t S, void* dist2);
 
 /* ------------------------------------------------------------------------------------------
+ * pointnet2_ops's three_nn layout of a kNN result (kernels/three_nn_pointnet2.c,
+ * kernels/three_nn_pointnet2.cu): the conversion half of the three_nn_pointnet2 op, after a
+ * kNN with k = 3.
+ *
+ *   dist2[n] (dtype), idx[n] int64 -> dist[n] (dtype), idx32[n] int32
+ *
+ * dist[i] = sqrt(dist2[i]), correctly rounded (sqrtf / sqrt on the CPU, __fsqrt_rn /
+ * __dsqrt_rn on CUDA: the same bits); idx32[i] = idx[i] as int32, 0 where idx[i] < 0 (a kNN's
+ * empty slot, whose dist2 +inf gives dist +inf: pointnet2_ops's padding). idx values must fit
+ * in int32 (a kNN's do: N <= 2**31 - 1). dist may be dist2 (converted in place); idx32 must
+ * not overlap idx. dtype: FLOAT32 or FLOAT64.
+ * ---------------------------------------------------------------------------------------- */
+pcops_status pcops_three_nn_pointnet2_cpu(pcops_dtype dtype, const void* dist2,
+                                          const int64_t* idx, int64_t n, void* dist,
+                                          int32_t* idx32);
+
+/* ------------------------------------------------------------------------------------------
  * Neighbour edges (kernels/neighbor_edges.c, kernels/neighbor_edges.cu)
  *
  *   idx[B,M,S] int64, count[B,M]? -> edges[2,E] int64: an edge per slot (b,m,s) with
@@ -439,6 +456,10 @@ cudaError_t pcops_neighbor_dist2_count_cuda(pcops_dtype dtype, const void* query
                                             int64_t* idx, const int64_t* count, int64_t B,
                                             int64_t M, int64_t N, int64_t S, void* dist2,
                                             cudaStream_t stream);
+/* kNN to pointnet2_ops's three_nn layout on CUDA (see pcops_three_nn_pointnet2_cpu). */
+cudaError_t pcops_three_nn_pointnet2_cuda(pcops_dtype dtype, const void* dist2,
+                                          const int64_t* idx, int64_t n, void* dist,
+                                          int32_t* idx32, cudaStream_t stream);
 /* Neighbour edges on CUDA (see pcops_neighbor_edges_count_cpu): _count also takes a workspace
  * of pcops_neighbor_edges_cuda_workspace_bytes(B, M) bytes (B*M at most 2**31 - 1 rows); _write
  * takes E, read by the caller from ends[B*M - 1] after _count (its one host synchronisation). */

@@ -33,6 +33,7 @@ from .group import group, group_backward  # noqa: E402
 from .knn import knn  # noqa: E402
 from .neighbor_dist2 import neighbor_dist2  # noqa: E402
 from .neighbor_edges import neighbor_edges  # noqa: E402
+from . import three_nn_pointnet2 as _three_nn_pointnet2  # noqa: E402,F401  (the op's fake)
 from . import io  # noqa: E402  (point-cloud file readers, the preprocess cache)
 from . import preprocess  # noqa: E402  (a callable module: pcops.preprocess(clouds, npoint, nsample))
 from .preprocess import GraphedPreprocess, Preprocessed, preprocess_stream  # noqa: E402

@@ -86,11 +86,12 @@ def three_nn(unknown: Tensor, known: Tensor) -> Tuple[Tensor, Tensor]:
     """The three nearest points of ``known [B, m, 3]`` for each point of ``unknown [B, n, 3]``
     -> ``(dist, idx)``, ``[B, n, 3]`` each: Euclidean distances (the square root of the squared
     ones, as pointnet2_ops returns them), sorted, and int32 indices. Not differentiable (as
-    there). With fewer than 3 known points the missing slots hold index 0 and distance inf."""
-    dist2, idx = torch.ops.pcops.knn.default(_nograd(unknown), _nograd(known), 3)
-    if known.shape[1] < 3:  # a shape test, no synchronisation: only then can a slot be empty
-        idx = idx.clamp_(min=0)
-    return dist2.sqrt_(), idx.to(torch.int32)
+    there). With fewer than 3 known points the missing slots hold index 0 and distance inf.
+
+    One dispatch: the op ``three_nn_pointnet2`` is the kNN with k = 3 and the conversion
+    (correctly rounded square roots, int32 indices) in one call, and takes inputs that require
+    grad as they are."""
+    return torch.ops.pcops.three_nn_pointnet2.default(unknown, known)
 
 
 def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
