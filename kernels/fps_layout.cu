@@ -44,7 +44,6 @@ __global__ void layout_kernel(const int64_t* __restrict__ batch, int64_t N, doub
                               pcops_dtype dtype, int64_t batch_size, int64_t* __restrict__ stats,
                               int64_t* __restrict__ left, int64_t* __restrict__ slot) {
     long long problems = 0, sampled = 0, largest = 0;
-    // every lane runs the same number of iterations, so the shuffles below see all 32 lanes
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += stride) {
         const int64_t b = batch[i];
@@ -52,14 +51,17 @@ __global__ void layout_kernel(const int64_t* __restrict__ batch, int64_t N, doub
         const int64_t n = r - l, rank = i - l;
         const int64_t k =
             batch_size >= 0 && b >= batch_size ? 0 : pcops_fps_samples(n, ratio, dtype);
+        // (in an unsorted vector the searches may miss point i: rank < 0 is not sampled)
+        const bool kept = rank >= 0 && rank < k;
         left[i] = l;
-        slot[i] = rank < k ? rank : -1;
+        slot[i] = kept ? rank : -1;
         problems += i > 0 ? b < batch[i - 1] : b < 0;
-        sampled += rank < k;
+        sampled += kept;
         largest = n > largest ? n : largest;
         if (i == 0) stats[PCOPS_FPS_LAYOUT_FIRST] = b;
         if (i == N - 1) stats[PCOPS_FPS_LAYOUT_LAST] = b;
     }
+    // every thread of the block gets here (no early exit): the shuffles see all 32 lanes
     for (int d = 16; d > 0; d /= 2) {
         problems += __shfl_down_sync(0xffffffffu, problems, d);
         sampled += __shfl_down_sync(0xffffffffu, sampled, d);

@@ -309,7 +309,8 @@ pcops_status pcops_neighbor_edges_write_cpu(const int64_t* idx, const int64_t* c
  *          does (kernels/fps_layout.h), none when 0 <= batch_size <= b;
  *   left[i]: the first point of point i's cloud; slot[i] = b*K + rank (rank = i - left[i]) if
  *          rank < k_b (point i is the rank-th sample of its cloud b), else -1.
- * With PROBLEMS > 0 only stats FIRST / LAST / PROBLEMS are defined (the rest stay in range).
+ * With PROBLEMS > 0 only stats FIRST / LAST / PROBLEMS are defined; the other outputs are
+ * unspecified (nothing is read or written out of range).
  * N = 0: all stats 0.
  * ---------------------------------------------------------------------------------------- */
 enum {
