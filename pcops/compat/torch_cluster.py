@@ -14,12 +14,13 @@ call, knn / radius of one cloud once (inside the ``pcops.neighbor_edges`` op tha
 neighbour slots into ``edge_index``), batched knn / radius twice (the clouds' sizes, then the
 edge count); torch_cluster's fps and radius synchronise twice. The batch vectors' checks ride
 on the first copy. fps with a batch vector dispatches one op before its synchronisation
-(``pcops::_fps_layout``: the checks, the largest cloud, the number of samples, and per point its
-place in the output, computed on the device), then reads its six stats. Batched calls repack the flat points into a padded ``[B, L, 3]`` batch (one
-gather of the points, located by binary searches of the sorted batch vector on the device) and
-call the pcops op once; fps over clouds of one size uses the flat points as they are (a view).
-The host work after a synchronisation is kept to the least: the FPS launch, or nothing (the
-edge compaction finishes inside its op).
+(``pcops::_fps_layout``: the checks, the largest cloud, the number of samples, and per point
+its place in the output, computed on the device), then reads its six stats. Batched calls
+repack the flat points into a padded ``[B, L, 3]`` batch (one gather of the points, located by
+binary searches of the sorted batch vector on the device) and call the pcops op once; fps
+over clouds of one size uses the flat points as they are (a view). The host work after a
+synchronisation is kept to the least: the FPS launch, or nothing (the edge compaction
+finishes inside its op).
 
 Differences (see the README): D <= 3 (fewer coordinates are padded with zeros; D > 3 raises
 NotImplementedError), ``cosine=True`` raises NotImplementedError; FPS distances start at +inf
