@@ -106,6 +106,16 @@ TORCH_LIBRARY(pcops, m) {
         "neighbor_edges(Tensor idx, int num_ref, Tensor? count=None, Tensor? row_offset=None, "
         "Tensor? col_offset=None) -> Tensor");
 
+    // Internal (pcops.compat.torch_cluster.fps): batch[N] int64, a sorted batch vector ->
+    // stats[6] int64 (problems: steps down + a negative first id, first id, last id, largest
+    // cloud L, samples E, K = samples of L), left[N] (each point's cloud's first point),
+    // slot[N] (b*K + rank for the sampled points, else -1); a cloud of n points takes
+    // ceil(n * ratio) samples rounded in `dtype` as torch_cluster does, none when
+    // 0 <= batch_size <= its id. No synchronisation (the caller reads stats once).
+    m.def(
+        "_fps_layout(Tensor batch, float ratio, ScalarType dtype, int batch_size=-1) "
+        "-> (Tensor stats, Tensor left, Tensor slot)");
+
     // Internal (tests, benchmarks): circle NMS through one CUDA path, variant 0 by size, 1 the
     // single-block kernel (N <= 4096), 2 the bitmask path, 3 the grid path; the CPU takes 0.
     // -> keep_mask[N] bool, keep_idx[N] int64 (-1 past num_kept), num_kept[1] int64.

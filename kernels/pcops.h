@@ -314,6 +314,35 @@ pcops_status pcops_neighbor_edges_write_cpu(const int64_t* idx, const int64_t* c
                                             int64_t B, int64_t M, int64_t N, int64_t S,
                                             const int64_t* ends, int64_t* edges);
 
+/* ------------------------------------------------------------------------------------------
+ * FPS layout (kernels/fps_layout.c, kernels/fps_layout.cu): what torch_cluster's fps over a
+ * batch vector needs before its one host synchronisation, in one call.
+ *
+ *   batch[N] int64 -> stats[PCOPS_FPS_LAYOUT_STATS], left[N], slot[N] int64:
+ *   stats: PROBLEMS the number of steps down (batch[i] < batch[i-1]) plus 1 if batch[0] < 0
+ *          (0 for a valid vector), FIRST / LAST batch[0] / batch[N-1], LARGEST L the largest
+ *          cloud, SAMPLED E = sum_b k_b, SAMPLES_LARGEST K = k(L), where a cloud b of n_b
+ *          points takes k_b = ceil(n_b * ratio) samples rounded in `dtype` as torch_cluster
+ *          does (kernels/fps_layout.h), none when 0 <= batch_size <= b;
+ *   left[i]: the first point of point i's cloud; slot[i] = b*K + rank (rank = i - left[i]) if
+ *          rank < k_b (point i is the rank-th sample of its cloud b), else -1.
+ * With PROBLEMS > 0 only stats FIRST / LAST / PROBLEMS are defined; the other outputs are
+ * unspecified (nothing is read or written out of range).
+ * N = 0: all stats 0.
+ * ---------------------------------------------------------------------------------------- */
+enum {
+    PCOPS_FPS_LAYOUT_PROBLEMS = 0,
+    PCOPS_FPS_LAYOUT_FIRST = 1,
+    PCOPS_FPS_LAYOUT_LAST = 2,
+    PCOPS_FPS_LAYOUT_LARGEST = 3,
+    PCOPS_FPS_LAYOUT_SAMPLED = 4,
+    PCOPS_FPS_LAYOUT_SAMPLES_LARGEST = 5,
+    PCOPS_FPS_LAYOUT_STATS = 6
+};
+pcops_status pcops_fps_layout_cpu(const int64_t* batch, int64_t N, double ratio,
+                                  pcops_dtype dtype, int64_t batch_size, int64_t* stats,
+                                  int64_t* left, int64_t* slot);
+
 #ifdef PCOPS_HAVE_CUDA_API
 /* ------------------------------------------------------------------------------------------
  * CUDA launchers: same arguments and semantics as the CPU functions above, all pointers on
@@ -472,6 +501,11 @@ cudaError_t pcops_neighbor_edges_write_cuda(const int64_t* idx, const int64_t* c
                                             int64_t B, int64_t M, int64_t N, int64_t S,
                                             const int64_t* ends, int64_t E, int64_t* edges,
                                             cudaStream_t stream);
+/* FPS layout on CUDA (see pcops_fps_layout_cpu): N at most 2**31 - 1; stats is device
+ * memory, read by the caller (its one host synchronisation). */
+cudaError_t pcops_fps_layout_cuda(const int64_t* batch, int64_t N, double ratio,
+                                  pcops_dtype dtype, int64_t batch_size, int64_t* stats,
+                                  int64_t* left, int64_t* slot, cudaStream_t stream);
 #endif /* PCOPS_HAVE_CUDA_API */
 
 #ifdef __cplusplus

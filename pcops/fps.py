@@ -131,3 +131,11 @@ torch.library.register_autograd(
 torch.library.register_autograd(
     "pcops::_furthest_point_sample_variant", _fps_variant_backward, setup_context=_fps_setup_context
 )
+
+
+@torch.library.register_fake("pcops::_fps_layout")
+def _fps_layout_fake(batch, ratio, dtype, batch_size=-1):
+    torch._check(batch.dim() == 1 and batch.dtype == torch.long, lambda: "batch must be int64 [N]")
+    torch._check(0 < ratio <= 1, lambda: "ratio must be in (0, 1]")
+    torch._check(batch_size >= -1, lambda: "batch_size must be >= -1")
+    return batch.new_empty(6), batch.new_empty(batch.shape[0]), batch.new_empty(batch.shape[0])

@@ -305,6 +305,36 @@ def test_one_host_synchronisation_per_call(cuda, gen, capfd):
                       "knn k > N": 1, "knn": 0, "pytorch3d ball_query": 0}, counts
 
 
+def test_fps_batched_dispatches(device, gen):
+    """fps with a batch vector dispatches one op before its synchronisation (the layout op,
+    whose stats it reads), then the FPS: on clouds of one size just the offsets' add, on
+    ragged clouds the repack (its searchsorted, after the synchronisation) and the gather of
+    the samples' indices; no reductions of the batch vector outside the op."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Names(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:
+                self.names.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    x, batch = random_batch([64, 64, 64], gen, device)
+    x = x.float()
+    with Names() as mode:
+        tc.fps(x, batch, 0.25, False)
+    assert mode.names == ["_fps_layout", "furthest_point_sample", "add_"], mode.names
+    x, batch = random_batch([64, 0, 30, 5], gen, device)
+    x = x.float()
+    with Names() as mode:
+        tc.fps(x, batch, 0.25, False)
+    assert mode.names[0] == "_fps_layout" and mode.names.count("_fps_layout") == 1
+    assert not {"aminmax", "sum", "stack", "ceil"} & set(mode.names), mode.names
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_fps_batched_sample_counts_per_cloud(device, dtype):
     """The batched path's per-point test rank < ceil(n_b * ratio) (compared in the points'

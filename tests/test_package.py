@@ -8,7 +8,8 @@ import pcops
 from pcops import _loader
 
 OPS = ["furthest_point_sample", "knn", "ball_query", "group", "group_backward", "circle_nms",
-       "circle_nms_mask", "ball_query_dist2", "neighbor_edges", "three_nn_pointnet2"]
+       "circle_nms_mask", "ball_query_dist2", "neighbor_edges", "three_nn_pointnet2",
+       "_fps_layout"]
 
 
 def test_every_op_is_registered_with_its_schema():

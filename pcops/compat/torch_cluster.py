@@ -13,11 +13,14 @@ Output sizes depend on the data, so these functions synchronise with the host: f
 call, knn / radius of one cloud once (inside the ``pcops.neighbor_edges`` op that compacts the
 neighbour slots into ``edge_index``), batched knn / radius twice (the clouds' sizes, then the
 edge count); torch_cluster's fps and radius synchronise twice. The batch vectors' checks ride
-on the first copy. Batched calls repack the flat points into a padded ``[B, L, 3]`` batch (one
-gather of the points, located by binary searches of the sorted batch vector on the device) and
-call the pcops op once; fps over clouds of one size uses the flat points as they are (a view).
-The host work after a synchronisation is kept to the least: the FPS launch, or nothing (the
-edge compaction finishes inside its op).
+on the first copy. fps with a batch vector dispatches one op before its synchronisation
+(``pcops::_fps_layout``: the checks, the largest cloud, the number of samples, and per point
+its place in the output, computed on the device), then reads its six stats. Batched calls
+repack the flat points into a padded ``[B, L, 3]`` batch (one gather of the points, located by
+binary searches of the sorted batch vector on the device) and call the pcops op once; fps
+over clouds of one size uses the flat points as they are (a view). The host work after a
+synchronisation is kept to the least: the FPS launch, or nothing (the edge compaction
+finishes inside its op).
 
 Differences (see the README): D <= 3 (fewer coordinates are padded with zeros; D > 3 raises
 NotImplementedError), ``cosine=True`` raises NotImplementedError; FPS distances start at +inf
@@ -113,7 +116,7 @@ def _batch_size(batch_size: Optional[int], last_ids) -> int:
 
 def _samples(n: int, ratio: float, dtype: torch.dtype) -> int:
     """ceil(n * ratio) rounded as torch_cluster computes it, in the dtype of the points (in
-    float32 0.3 * 30 is 9.0000003 -> 10 samples), without creating a tensor."""
+    float32 50 * 0.3 is 15.000001 -> 16 samples), without creating a tensor."""
     if dtype == torch.float64:
         return math.ceil(float(n) * ratio)
     if dtype == torch.float32:
@@ -156,52 +159,33 @@ def fps(
     N = x.shape[0]
     if N == 0:
         return torch.empty(0, dtype=torch.long, device=x.device)
-    # Per point: its cloud's bounds and its rank j in the cloud; it is sampled (as the j-th
-    # sample of its cloud) iff j < ceil(n_b * ratio), computed as torch_cluster does (in the
-    # dtype of src). One synchronisation fetches the checks, the largest cloud and the number
-    # of samples; everything else stays on the device.
-    left, right = _cloud_bounds(batch)
-    counts = right - left
-    rank = torch.arange(N, device=x.device) - left
-    keep = _below_samples(rank, counts, r, x.dtype, N)
-    if batch_size is not None:
-        keep &= batch < int(batch_size)
-    if N > 1:
-        # one reduction for the order check and the largest cloud: the cloud size of each point
-        # but the first (which covers every cloud's size; >= 1 in a sorted vector), 0 where an
-        # id is below the one before it
-        low, L = ((batch[1:] >= batch[:-1]) * counts[1:]).aminmax()
-    else:
-        low, L = counts[0], counts[0]
-    low, first, last, L, E = torch.stack([low, batch[0], batch[-1], L, keep.sum()]).tolist()
-    if low < 1 or first < 0:
+    if batch.dtype != torch.long:
+        batch = batch.long()
+    # One op computes on the device what the call needs (pcops::_fps_layout: the checks, the
+    # largest cloud L, the number E of samples, ceil(n_b * ratio) rounded in the dtype of src
+    # as torch_cluster does, and per point its cloud's first point and its place in the
+    # [B, K] FPS output); its stats are the one synchronisation.
+    stats, left, slot = torch.ops.pcops._fps_layout.default(
+        batch, r, x.dtype, -1 if batch_size is None else max(int(batch_size), 0))
+    problems, first, last, L, E, K = stats.tolist()
+    if problems or first < 0:
         _check_batch_values(batch, "fps", "batch")  # raises the ValueError
     # After the synchronisation the GPU idles until the FPS is launched: launch it first, with
     # the least host work before it; the index arithmetic after it overlaps the kernel.
     if E == 0:
         return torch.empty(0, dtype=torch.long, device=x.device)
     B = min(_batch_size(batch_size, [last]), last + 1)  # trailing empty clouds sample nothing
-    K = _samples(L, r, x.dtype)  # ceil(n * ratio) is monotonic in n: the largest cloud's
     if B * L == N and B == last + 1:
         # every point lies in clouds 0..B-1, none larger than L, N = B * L points: all clouds
         # hold exactly L points. The flat points are the batch as they are (a view, no
-        # lengths), and every cloud yields its K samples in order.
+        # lengths), and every cloud yields its K samples in order: the FPS's own output plus
+        # each cloud's offset b * L, which is left[b * L] (a view: no arange).
         idx = _sample(_nograd(x).view(B, L, 3), K, None, random_start)
-        return idx.add_(torch.arange(0, N, L, device=x.device).unsqueeze(1)).view(-1)
+        return idx.add_(left[::L].unsqueeze(1)).view(-1)
     padded, lengths, _ = _pack(_nograd(x), batch, B, L)
     idx = _sample(padded, K, lengths, random_start)
-    points = torch.nonzero_static(keep, size=E).squeeze(1)  # E is known: no synchronisation
-    return idx.view(-1)[batch[points] * K + rank[points]] + left[points]
-
-
-def _below_samples(rank: Tensor, counts: Tensor, r: float, dtype: torch.dtype, N: int) -> Tensor:
-    """rank < ceil(count * r) with the product rounded in `dtype`, as torch_cluster computes the
-    number of samples. For an integer rank that is rank < count * r, compared in `dtype` (one
-    kernel less for the ceil, one for the cast) where `dtype` holds every rank < N exactly."""
-    product = counts * torch.tensor(r, dtype=dtype)  # a 0-d operand: the product is in dtype
-    if dtype == torch.float64 or (dtype == torch.float32 and N <= 2**24):
-        return rank < product
-    return rank < torch.ceil(product).long()
+    points = torch.nonzero_static(slot >= 0, size=E).squeeze(1)  # E is known: no synchronisation
+    return idx.view(-1)[slot[points]] + left[points]
 
 
 def _sample(points: Tensor, K: int, lengths: Optional[Tensor], random_start) -> Tensor:
