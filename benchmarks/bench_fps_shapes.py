@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import pcops  # noqa: E402
 from pcops.fps import _furthest_point_sample_variant as fps_variant  # noqa: E402
-from common import time_cold_ms  # noqa: E402
+from common import time_fn  # noqa: E402
 
 SIZES = {"F1": (32, 1024, 512), "F2": (16, 4096, 1024), "F3": (8, 16384, 4096),
          "F4": (6, 10000, 1000), "F5": (6, 10000, 10000), "F6": (1, 200_000, 20_000)}
@@ -82,7 +82,9 @@ def main():
         ref_path = "simple" if B * N * npoint < 2e9 else "bucket"
         ref = fps_variant(xyz, npoint, lengths, variant=ref_path)
         auto = pcops.furthest_point_sample(xyz, npoint, lengths, return_dist2=True)
-        cells = [name, f"{time_cold_ms(lambda: pcops.furthest_point_sample(xyz, npoint, lengths), reps, flush):.3f}"
+        t = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint, lengths), "cuda", warmup=1,
+                    reps=reps, flush=flush)
+        cells = [name, f"{t:.3f}"
                  + ("" if torch.equal(auto[0], ref[0]) and torch.equal(auto[1], ref[1]) else " DIFFERS")]
         for label, variant in paths:
             if (variant == "grid" and N < 100_000) or (variant == "cluster" and N > 20_000 and B > 1):
@@ -94,7 +96,8 @@ def main():
                 cells.append("-" if isinstance(e, ValueError) else f"ERR {str(e)[:60]}")
                 continue
             same = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
-            t = time_cold_ms(lambda: fps_variant(xyz, npoint, lengths, variant=variant), reps, flush)
+            t = time_fn(lambda: fps_variant(xyz, npoint, lengths, variant=variant), "cuda",
+                        warmup=1, reps=reps, flush=flush)
             cells.append(f"{t:.3f}" + ("" if same else " DIFFERS"))
         lines.append(" | ".join(cells))
         print(lines[-1], flush=True)

@@ -16,9 +16,10 @@ import time
 import torch
 
 
-def time_fn(fn, device, *, warmup=3, reps=20, min_time_s=0.0):
+def time_fn(fn, device, *, warmup=3, reps=20, min_time_s=0.0, flush=None):
     """Median milliseconds of fn() on `device` ("cpu" or "cuda"); runs at least `reps` times
-    and, if min_time_s > 0, until that much time was spent."""
+    and, if min_time_s > 0, until that much time was spent. CUDA: `flush` (a device buffer
+    larger than L2) is zeroed before each timed call, so each call starts with L2 cold."""
     for _ in range(warmup):
         fn()
     times = []
@@ -26,6 +27,8 @@ def time_fn(fn, device, *, warmup=3, reps=20, min_time_s=0.0):
         torch.cuda.synchronize()
         start_all = time.perf_counter()
         while len(times) < reps or time.perf_counter() - start_all < min_time_s:
+            if flush is not None:
+                flush.zero_()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -38,23 +41,6 @@ def time_fn(fn, device, *, warmup=3, reps=20, min_time_s=0.0):
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-def time_cold_ms(fn, reps, flush, warmup=1):
-    """Median milliseconds of fn() on CUDA between two events, with L2 flushed before each call
-    (`flush`: a device buffer larger than L2, zeroed before the start event)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
     return statistics.median(times)
 
 
