@@ -30,7 +30,7 @@ SCANS = os.path.join(os.path.dirname(HERE), ".data", "scans")
 
 # (label, variant) tried on each row; paths that refuse a size print "-"
 PATHS = [("warp", "warp"), ("block", "block"), ("cluster", "cluster"), ("bucket", "bucket"),
-         ("grid", "grid")]
+         ("bucket_groups", "bucket_groups"), ("grid", "grid")]
 
 
 def row_inputs(name, gen):

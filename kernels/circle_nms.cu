@@ -76,6 +76,17 @@
 
 namespace {
 
+// OR of v over the warp, in every lane: one redux on sm_80+, five shuffles before.
+__device__ __forceinline__ uint32_t warp_or(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_or_sync(0xffffffffu, v);
+#else
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) v |= __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+#endif
+}
+
 constexpr int kBoxesPerWord = 64;  // positions per row / column block = bits of a mask word
 
 // Block path.
@@ -865,8 +876,8 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                             gone_hi |= 1u << (t - 32);
                     }
                 }
-                gone_lo = __reduce_or_sync(0xffffffffu, gone_lo);
-                gone_hi = __reduce_or_sync(0xffffffffu, gone_hi);
+                gone_lo = warp_or(gone_lo);
+                gone_hi = warp_or(gone_hi);
                 const uint64_t nonzero = (uint64_t)__ballot_sync(0xffffffffu, da != 0) |
                                          ((uint64_t)__ballot_sync(0xffffffffu, db != 0) << 32);
                 if (tid == 0) {

@@ -105,6 +105,8 @@ typedef enum pcops_fps_variant {
     PCOPS_FPS_GRID = 6,    /* CUDA: the whole (co-resident) grid on one cloud at a time */
     PCOPS_FPS_BUCKET = 7,  /* CUDA: points sorted into spatial buckets, a block per cloud; a
                               step updates only the buckets the sample can change */
+    PCOPS_FPS_BUCKET_GROUPS = 8, /* CUDA, float32: the buckets in groups with a box each, tested
+                                    first; the buckets in shared memory */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */
@@ -356,7 +358,8 @@ pcops_status pcops_fps_layout_cpu(const int64_t* batch, int64_t N, double ratio,
  * registers, no clusters on the device, a grid that is not co-resident) or any
  * N > 2**31 - 1 returns cudaErrorInvalidValue. Every plan returns the same bits. */
 typedef struct pcops_fps_cuda_plan {
-    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID or BUCKET (never AUTO) */
+    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID, BUCKET or
+                               BUCKET_GROUPS (never AUTO) */
     int threads;            /* threads per block */
     int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace;
                                BUCKET: points per lane of a bucket (a bucket is 32 times that) */

@@ -491,12 +491,22 @@ def test_variant_op_opcheck(device, gen):
 
 
 # Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
-# plan_grid): above these it raises ValueError; "cluster", "grid" and "bucket" take any size.
+# plan_grid, plan_bucket_groups): above these it raises ValueError; "cluster", "grid" and
+# "bucket" take any size; "bucket_groups" is float32 only (4096 buckets of up to 256 points).
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
-                      "block": {torch.float32: 8192, torch.float64: 4096}}
+                      "block": {torch.float32: 8192, torch.float64: 4096},
+                      "bucket_groups": {torch.float32: 4096 * 256, torch.float64: 0}}
+BUCKET_PATHS = ["bucket", "bucket_groups"]
 
 
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
+def _skip_unless_path_takes(variant, dtype, N=1):
+    cap = CUDA_PATH_CAPACITY.get(variant, {}).get(dtype)
+    if cap is not None and N > cap:
+        pytest.skip(f"{variant} does not take {dtype} clouds of {N} points (tested to refuse)")
+
+
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket",
+                                     "bucket_groups"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
                                       (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
@@ -517,11 +527,12 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket"])
+@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "bucket_groups"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     """A cloud too large for registers (temp in the workspace) on the cluster and grid paths;
-    buckets of 64 (float) and 128 (double) points on the bucket path."""
+    buckets of 64 (float) and 128 (double) points on the bucket paths."""
+    _skip_unless_path_takes(variant, dtype)
     xyz = rand_points(2, 150_000, gen, dtype=dtype)
     lengths = torch.tensor([150_000, 99_999])
     start = torch.tensor([7, 99_998])
@@ -531,17 +542,35 @@ def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
+@pytest.mark.parametrize("N", [300_000, 600_000, 4096 * 256])
+def test_cuda_bucket_groups_large_buckets_equal_cpu(cuda, gen, N):
+    """bucket_groups with 128, 256 and 256 points a bucket (4096 buckets at most), a ragged batch,
+    and the first size past its capacity refused."""
+    xyz = rand_points(2, N, gen)
+    lengths = torch.tensor([N, N // 3 + 1])
+    start = torch.tensor([N - 1, 5])
+    cpu = fps_variant(xyz, 500, lengths, start, variant="tree")
+    gpu = fps_variant(xyz.cuda(), 500, lengths.cuda(), start.cuda(), variant="bucket_groups")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+    if N == 4096 * 256:
+        with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 8 cannot run"):
+            fps_variant(torch.rand(1, N + 1, 3, device="cuda"), 10, variant="bucket_groups")
+
+
 def test_cuda_rejects_the_cpu_tree_variant(cuda):
     with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 2 does not exist on CUDA"):
         fps_variant(torch.rand(1, 10, 3, device="cuda"), 4, variant="tree")
 
 
+@pytest.mark.parametrize("variant", BUCKET_PATHS)
 @pytest.mark.parametrize("case", ["huge", "nonfinite", "plane", "line"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype):
+def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, variant, case, dtype):
     """The bucket path skips buckets by their boxes: squared distances that overflow to +inf,
     NaN and inf coordinates (whose temps stay +inf), flat and collinear clouds (flat boxes)
     must still give the simple path's bits."""
+    _skip_unless_path_takes(variant, dtype)
     if case == "huge":
         xyz, lengths, start = _path_inputs("huge", 3, 9000, gen, dtype)
     else:
@@ -556,12 +585,13 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, case, dtype
         else:
             xyz[..., 1:] = 0.25
     cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
-    gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant="bucket")
+    gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-def test_cuda_bucket_path_on_real_scans_every_sample(cuda):
+@pytest.mark.parametrize("variant", BUCKET_PATHS)
+def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
     """The real scans, ragged in one batch, sampled down to every point (the late steps, where
     the bucket path skips almost everything, and the tie-breaking among the last points)."""
     import os
@@ -578,7 +608,7 @@ def test_cuda_bucket_path_on_real_scans_every_sample(cuda):
     start = torch.tensor([4321, 17])
     npoint = 40_000
     cpu = fps_variant(xyz, npoint, lengths, start, variant="tree")
-    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant="bucket")
+    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
@@ -587,11 +617,13 @@ def test_cuda_bucket_path_on_real_scans_every_sample(cuda):
 @pytest.mark.parametrize("N,npoint", [(31, 31), (1000, 1000), (10_000, 1000), (16_385, 4096),
                                       (40_001, 3000)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, case, N, npoint, dtype):
+@pytest.mark.parametrize("variant", BUCKET_PATHS)
+def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     """The bucket path (the default for clouds past the block path) gives the simple path's bits
     on every input kind, spatial clusters included (dense blobs far apart: most buckets skipped
     at every step, a few updated again and again), with ragged lengths, random starts and N
     not a multiple of a bucket."""
+    _skip_unless_path_takes(variant, dtype)
     if case == "blobs":
         centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
         which = torch.randint(0, 6, (3, N), generator=gen)
@@ -603,13 +635,14 @@ def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, case, N, npoint, d
     else:
         xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
     cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
-    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant="bucket")
+    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket"])
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket",
+                                     "bucket_groups"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
