@@ -691,7 +691,8 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
 constexpr int kMaxBucketGroups = 512;  // 16 warps of 32 lanes, a group a lane
 
 // The farthest of a lane's G buckets, skipping those in `skip` (a tree of depth log2 G, no
-// branches), and the bucket it is in (offset by k0; -1 for none).
+// branches), and the bucket it is in (offset by k0; -1 for none: slots past the last bucket
+// hold no candidate, and their k0 + s would index past the buckets' shared memory).
 template <int G>
 __device__ __forceinline__ Candidate<float> farthest_kept(const Bucket<float> (&bk)[G],
                                                          unsigned skip, int k0, int& at) {
@@ -699,7 +700,7 @@ __device__ __forceinline__ Candidate<float> farthest_kept(const Bucket<float> (&
     int k[G];
 #pragma unroll
     for (int s = 0; s < G; ++s) {
-        const bool kept = !(skip & (1u << s));
+        const bool kept = !(skip & (1u << s)) && bk[s].best.index != INT_MAX;
         c[s] = kept ? bk[s].best : no_candidate<float>();
         k[s] = kept ? k0 + s : -1;
     }

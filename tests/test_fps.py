@@ -649,6 +649,18 @@ def test_cuda_sanitizer_every_path(cuda, gen, variant):
                  fps_variant(xyz, 200, lengths, start, variant="simple")[0])
 
 
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("N", [40_000, 70_000])
+def test_cuda_sanitizer_bucket_groups_wide_groups(cuda, gen, N):
+    """bucket_groups with 4 (40k points) and 8 (70k) buckets a lane, a ragged batch with
+    duplicates: the shared list, the atomics and the read-back under the sanitizers."""
+    xyz, lengths, start = _path_inputs("duplicates", 2, N, gen, torch.float32)
+    gpu = fps_variant(xyz.cuda(), 150, lengths.cuda(), start.cuda(), variant="bucket_groups")
+    cpu = fps_variant(xyz, 150, lengths, start, variant="tree")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
 def test_float8_coordinates_are_rejected_naming_the_op():
     xyz = torch.rand(1, 5, 3).to(torch.float8_e4m3fn)
     with pytest.raises(TypeError, match=r"pcops\.furthest_point_sample: argument 'xyz' must be a floating point tensor \(float32, float64, float16 or bfloat16\)"):
