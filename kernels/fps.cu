@@ -30,8 +30,12 @@
  *            codes) with a box each; a step updates only the buckets the new sample can change
  *            (a bucket whose box is as far as its largest temp keeps every temp), so late steps
  *            touch a few buckets whatever the cloud's size. Large clouds.
- * Reductions use warp shuffles; candidate slots are double-buffered by step parity, so one
- * barrier per level and step suffices.
+ *   BUCKET_GROUPS  (float) the same buckets, G to a lane behind a group box tested first; a
+ *            step lists its flagged buckets in shared memory and shares them out over the
+ *            warps (a warp a bucket) instead of each warp updating its own one after the
+ *            other. AUTO's path for float clouds past the block path (up to 2**20 points).
+ * Warp reductions are two redux on sm_80+ (float) and shuffles otherwise; candidate slots are
+ * double-buffered by step parity, so one barrier per level and step suffices.
  *
  * The launch plan (pcops_fps_cuda_make_plan) picks the path and its shape from the sizes and
  * the device once; pcops_fps_cuda_run launches it.

@@ -362,8 +362,10 @@ typedef struct pcops_fps_cuda_plan {
                                BUCKET_GROUPS (never AUTO) */
     int threads;            /* threads per block */
     int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace;
-                               BUCKET: points per lane of a bucket (a bucket is 32 times that) */
-    int bucket_slots;       /* BUCKET: buckets each thread keeps (box and candidate) */
+                               BUCKET, BUCKET_GROUPS: points per lane of a bucket (a bucket is
+                               32 times that) */
+    int bucket_slots;       /* BUCKET: buckets each thread keeps (box and candidate);
+                               BUCKET_GROUPS: buckets a lane (its group, 1, 2, 4 or 8) */
     int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
     int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
     int blocks_per_cloud;   /* CLUSTER: the cluster size; GRID: the blocks of the grid */
