@@ -567,6 +567,55 @@ struct Sample {
     T x, y, z;
 };
 
+// A bucket before the first step: no box, no candidate; then set() from its sorted points
+// [p0, p1): the box (fmin / fmax pass over NaN coordinates) and the point with the lowest index
+// (every temp starts at +inf: that is its farthest), whose coordinates go to (fx, fy, fz).
+template <typename T>
+__device__ __forceinline__ void bucket_clear(Bucket<T>& u) {
+    u.best = no_candidate<T>();
+    u.lx = u.ly = u.lz = T(INFINITY);
+    u.hx = u.hy = u.hz = -T(INFINITY);
+}
+template <typename T>
+__device__ __forceinline__ void bucket_set(Bucket<T>& u, const BucketPoint<T>* pts, int p0,
+                                           int p1, T& fx, T& fy, T& fz) {
+    for (int p = p0; p < p1; ++p) {
+        const BucketPoint<T> q = pts[p];
+        u.lx = fmin(u.lx, q.x), u.hx = fmax(u.hx, q.x);
+        u.ly = fmin(u.ly, q.y), u.hy = fmax(u.hy, q.y);
+        u.lz = fmin(u.lz, q.z), u.hz = fmax(u.hz, q.z);
+        if (q.idx < u.best.index) u.best.index = q.idx, fx = q.x, fy = q.y, fz = q.z;
+    }
+    u.best.value = T(INFINITY);
+}
+
+// The end of a step of the bucket kernels: lane 0 of each warp publishes the warp's farthest
+// (best, coordinates from at(), called in lane 0 only), one barrier (samples are
+// double-buffered by step parity, see group_farthest), every warp reduces the warps'; thread 0
+// writes sample j. Returns the winner; (cx, cy, cz) become its coordinates.
+template <typename T, class At>
+__device__ __forceinline__ Candidate<T> bucket_step_winner(Sample<T> (&samples)[2][16],
+                                                           int64_t j, Candidate<T> best, At at,
+                                                           const CloudRow<T>& row, T& cx,
+                                                           T& cy, T& cz) {
+    const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int parity = (int)(j & 1);
+    if (lane == 0) {
+        T x, y, z;
+        at(x, y, z);
+        samples[parity][w] = {best, x, y, z};
+    }
+    named_barrier(0, blockDim.x);
+    Candidate<T> c = lane < warps ? samples[parity][lane].c : no_candidate<T>();
+    const Sample<T>& win = samples[parity][warp_argmax(c)];
+    cx = win.x, cy = win.y, cz = win.z;
+    if (threadIdx.x == 0) {
+        row.idx[j] = c.index;
+        row.dist2[j] = c.value;
+    }
+    return c;
+}
+
 // Dynamic shared memory: the coordinates of each bucket's candidate (3 * buckets T), written
 // and read only by the warp that owns the bucket. (Updating several flagged buckets of a warp
 // together, their loads in flight at once, measured slower on the H100 for KITTI: registers.)
@@ -594,23 +643,10 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
         const int k = (s * 32 + lane) * warps + w;
-        Bucket<T>& u = bk[s];
-        u.best = no_candidate<T>();
-        u.lx = u.ly = u.lz = T(INFINITY);
-        u.hx = u.hy = u.hz = -T(INFINITY);
+        bucket_clear(bk[s]);
         if (k >= buckets) continue;
-        const int end = min(row.L, (k + 1) * S);
-        for (int p = k * S; p < end; ++p) {  // fmin / fmax pass over NaN coordinates
-            const BucketPoint<T> q = pts[p];
-            u.lx = fmin(u.lx, q.x), u.hx = fmax(u.hx, q.x);
-            u.ly = fmin(u.ly, q.y), u.hy = fmax(u.hy, q.y);
-            u.lz = fmin(u.lz, q.z), u.hz = fmax(u.hz, q.z);
-            if (q.idx < u.best.index) {
-                u.best.index = q.idx;
-                bucket_xyz[3 * k] = q.x, bucket_xyz[3 * k + 1] = q.y, bucket_xyz[3 * k + 2] = q.z;
-            }
-        }
-        u.best.value = T(INFINITY);  // every temp starts at +inf
+        bucket_set(bk[s], pts, k * S, min(row.L, (k + 1) * S), bucket_xyz[3 * k],
+                   bucket_xyz[3 * k + 1], bucket_xyz[3 * k + 2]);
     }
     __syncthreads();  // the temps are set
 
@@ -657,21 +693,11 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
         }
         best_k = __shfl_sync(0xffffffffu, best_k, warp_argmax(best));
         __syncwarp();  // this warp's bucket_xyz writes are visible to lane 0
-        const int parity = (int)(j & 1);
-        if (lane == 0)
-            samples[parity][w] = {best, best_k >= 0 ? bucket_xyz[3 * best_k] : T(0),
-                                  best_k >= 0 ? bucket_xyz[3 * best_k + 1] : T(0),
-                                  best_k >= 0 ? bucket_xyz[3 * best_k + 2] : T(0)};
-        // one barrier a step: samples are double-buffered by parity (see group_farthest)
-        named_barrier(0, blockDim.x);
-        Candidate<T> c = lane < warps ? samples[parity][lane].c : no_candidate<T>();
-        const Sample<T>& win = samples[parity][warp_argmax(c)];
-        cx = win.x, cy = win.y, cz = win.z;
-        if (threadIdx.x == 0) {
-            row.idx[j] = c.index;
-            row.dist2[j] = c.value;
-        }
-        cur = c.index;
+        cur = bucket_step_winner(samples, j, best, [&](T& x, T& y, T& z) {
+                  x = best_k >= 0 ? bucket_xyz[3 * best_k] : T(0);
+                  y = best_k >= 0 ? bucket_xyz[3 * best_k + 1] : T(0);
+                  z = best_k >= 0 ? bucket_xyz[3 * best_k + 2] : T(0);
+              }, row, cx, cy, cz).index;
     }
 }
 
@@ -756,20 +782,10 @@ fps_bucket_groups_kernel(const float* __restrict__ xyz, const int64_t* __restric
     for (int s = 0; s < G; ++s) {
         const int k = k0 + s;
         Bucket<float>& u = bk[s];
-        u.best = no_candidate<float>();
-        u.lx = u.ly = u.lz = INFINITY;
-        u.hx = u.hy = u.hz = -INFINITY;
+        bucket_clear(u);
         if (g >= groups || k >= buckets) continue;
         float4 at = make_float4(0.f, 0.f, 0.f, INFINITY);
-        const int end = min(row.L, (k + 1) * S);
-        for (int p = k * S; p < end; ++p) {  // fminf / fmaxf pass over NaN coordinates
-            const BucketPoint<float> q = pts[p];
-            u.lx = fminf(u.lx, q.x), u.hx = fmaxf(u.hx, q.x);
-            u.ly = fminf(u.ly, q.y), u.hy = fmaxf(u.hy, q.y);
-            u.lz = fminf(u.lz, q.z), u.hz = fmaxf(u.hz, q.z);
-            if (q.idx < u.best.index) u.best.index = q.idx, at.x = q.x, at.y = q.y, at.z = q.z;
-        }
-        u.best.value = INFINITY;  // every temp starts at +inf
+        bucket_set(u, pts, k * S, min(row.L, (k + 1) * S), at.x, at.y, at.z);
         s_at[k] = at;
         s_index[k] = u.best.index;
         glx = fminf(glx, u.lx), gly = fminf(gly, u.ly), glz = fminf(glz, u.lz);
@@ -862,19 +878,10 @@ fps_bucket_groups_kernel(const float* __restrict__ xyz, const int64_t* __restric
         // 3. the warp's farthest (its coordinates: s_at, written by this warp or before the
         // last barrier), the block's
         __syncwarp();
-        if (lane == 0) {
-            const float4 at = best_k >= 0 ? s_at[best_k] : make_float4(0.f, 0.f, 0.f, 0.f);
-            samples[parity][w] = {best, at.x, at.y, at.z};
-        }
-        named_barrier(0, blockDim.x);
-        Candidate<float> c = lane < warps ? samples[parity][lane].c : no_candidate<float>();
-        const Sample<float>& win = samples[parity][warp_argmax(c)];
-        cx = win.x, cy = win.y, cz = win.z;
-        if (threadIdx.x == 0) {
-            row.idx[j] = c.index;
-            row.dist2[j] = c.value;
-        }
-        cur = c.index;
+        cur = bucket_step_winner(samples, j, best, [&](float& x, float& y, float& z) {
+                  const float4 a = best_k >= 0 ? s_at[best_k] : make_float4(0.f, 0.f, 0.f, 0.f);
+                  x = a.x, y = a.y, z = a.z;
+              }, row, cx, cy, cz).index;
     }
 }
 
