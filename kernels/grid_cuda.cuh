@@ -11,6 +11,12 @@
  *  4. grid_start_kernel: start[key] = the first sorted position of every key in [0, B * C];
  *  5. grid_gather_kernel: the sorted refs as Point4 (x, y, z, -) with their indices.
  * The cells of cloud b are start[b * C + c] .. start[b * C + c + 1], c < grids[b].cells.
+ *
+ * order_queries() then sorts the query slots of every cloud by a Morton code of their cell
+ * (query_key_kernel + a second radix sort), for the warp-cooperative searches: the 32 queries
+ * of a warp are neighbours in space and share the cells they visit. Cloud b's slots keep the
+ * positions [b * M, (b + 1) * M) of the sorted order (b is the key's top bits, the invalid
+ * slots of a cloud sort to its end).
  */
 #pragma once
 
@@ -40,6 +46,10 @@ struct Scratch {
     int32_t* vals_in;    // [B * N]
     int32_t* vals_out;   // [B * N] the ref index of each sorted position
     Point4<T>* pts;      // [B * N] the sorted refs
+    int32_t* qkeys_in;   // [B * M] (order_queries only; M = 0: none)
+    int32_t* qkeys_out;  // [B * M]
+    int32_t* qvals_in;   // [B * M]
+    int32_t* qvals_out;  // [B * M] the query index of each sorted slot of its cloud
     void* sort_temp;
     size_t sort_temp_bytes;
 };
@@ -61,19 +71,45 @@ inline size_t sort_temp_bytes(int64_t items, int bits) {
     return bytes;
 }
 
-// Carves the scratch of B grids of N refs and C cells each from `base` (nullptr: only counts);
-// returns the bytes used.
+// Bits per axis of the Morton code of the query order: enough for about sqrt(C) cells per
+// axis (a flat scan spreads its cells over two axes), at most 10, and the cloud number b in
+// the key's top bits (the key stays below 2**31).
+inline int morton_axis_bits(int64_t B, int64_t C) {
+    int cbits = 0;
+    while (cbits < 40 && ((int64_t)1 << cbits) < C) ++cbits;
+    int d = (cbits + 1) / 2 + 1;
+    const int bbits = B > 1 ? key_bits(B - 1) : 0;
+    const int room = (31 - bbits) / 3;
+    if (d > room) d = room;
+    if (d > 10) d = 10;
+    return d < 1 ? 1 : d;
+}
+
+// Bits of the query sort's keys b << 3d | morton.
+inline int query_key_bits(int64_t B, int64_t C) {
+    const int bbits = B > 1 ? key_bits(B - 1) : 0;
+    return bbits + 3 * morton_axis_bits(B, C);
+}
+
+// Carves the scratch of B grids of N refs and C cells each (and, M > 0, the query order of
+// B * M query slots) from `base` (nullptr: only counts); returns the bytes used.
 template <typename T>
-size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s) {
-    const int64_t items = B * N;
-    const size_t temp = sort_temp_bytes(items > 0 ? items : 1, key_bits(B * C));
-    const size_t parts[8] = {(size_t)B * sizeof(pcops_grid), (size_t)(B * C + 1) * 4,
-                             (size_t)items * 4, (size_t)items * 4, (size_t)items * 4,
-                             (size_t)items * 4, (size_t)items * sizeof(Point4<T>), temp};
+size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s, int64_t M = 0) {
+    const int64_t items = B * N, qitems = B * M;
+    size_t temp = sort_temp_bytes(items > 0 ? items : 1, key_bits(B * C));
+    if (qitems > 0) {
+        const size_t qt = sort_temp_bytes(qitems, query_key_bits(B, C));
+        temp = qt > temp ? qt : temp;
+    }
+    const size_t parts[12] = {(size_t)B * sizeof(pcops_grid), (size_t)(B * C + 1) * 4,
+                              (size_t)items * 4, (size_t)items * 4, (size_t)items * 4,
+                              (size_t)items * 4, (size_t)items * sizeof(Point4<T>),
+                              (size_t)qitems * 4, (size_t)qitems * 4, (size_t)qitems * 4,
+                              (size_t)qitems * 4, temp};
     char* p = static_cast<char*>(base);
     size_t off = 0;
-    void* ptr[8];
-    for (int i = 0; i < 8; ++i) {
+    void* ptr[12];
+    for (int i = 0; i < 12; ++i) {
         ptr[i] = p ? p + off : nullptr;
         off += align_up(parts[i]);
     }
@@ -85,7 +121,11 @@ size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s) {
         s->vals_in = (int32_t*)ptr[4];
         s->vals_out = (int32_t*)ptr[5];
         s->pts = (Point4<T>*)ptr[6];
-        s->sort_temp = ptr[7];
+        s->qkeys_in = (int32_t*)ptr[7];
+        s->qkeys_out = (int32_t*)ptr[8];
+        s->qvals_in = (int32_t*)ptr[9];
+        s->qvals_out = (int32_t*)ptr[10];
+        s->sort_temp = ptr[11];
         s->sort_temp_bytes = temp;
     }
     return off;
@@ -223,6 +263,65 @@ cudaError_t build(const T* ref, const int64_t* ref_lengths, int64_t B, int64_t N
     grid_gather_kernel<T><<<(unsigned)((items + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
         ref, B, N, C, s.keys_out, s.vals_out, s.pts);
     return cudaGetLastError();
+}
+
+// The d low bits of v spread to every third bit (v < 2**10).
+__device__ __forceinline__ uint32_t spread3(uint32_t v) {
+    v &= 0x3ffu;
+    v = (v | (v << 16)) & 0x030000ffu;
+    v = (v | (v << 8)) & 0x0300f00fu;
+    v = (v | (v << 4)) & 0x030c30c3u;
+    v = (v | (v << 2)) & 0x09249249u;
+    return v;
+}
+
+// One thread per query slot: key = b << 3d | Morton code of its cell (each cell coordinate
+// scaled to d bits), or b << 3d | (2**3d - 1) for a slot without a valid finite query or in a
+// cloud without refs; value = its index in the cloud.
+template <typename T>
+__global__ void query_key_kernel(const T* __restrict__ query,
+                                 const int64_t* __restrict__ query_lengths, int64_t B, int64_t M,
+                                 int d, const pcops_grid* __restrict__ grids,
+                                 int32_t* __restrict__ keys, int32_t* __restrict__ vals) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= B * M) return;
+    const int64_t b = t / M, m = t % M;
+    uint32_t code = (1u << (3 * d)) - 1u;
+    if (m < pcops_valid_length(query_lengths, b, M)) {
+        const double x = query[3 * t], y = query[3 * t + 1], z = query[3 * t + 2];
+        const pcops_grid g = grids[b];
+        if (g.cells > 0 && pcops_grid_finite3(x, y, z)) {
+            const double q[3] = {x, y, z};
+            uint32_t m3 = 0;
+            for (int a = 0; a < 3; ++a) {
+                int64_t c = pcops_grid_coord(&g, a, q[a]);
+                if (g.dims[a] > (1 << d)) c = (c << d) / g.dims[a];
+                m3 |= spread3((uint32_t)c) << a;
+            }
+            code = m3;
+        }
+    }
+    keys[t] = (int32_t)(((uint32_t)b << (3 * d)) | code);
+    vals[t] = (int32_t)m;
+}
+
+// Sorts the query slots of every cloud by the Morton code of their cell in the grids built by
+// build(): s.qvals_out[b * M + j] is the query index of the j-th slot of cloud b. After build().
+template <typename T>
+cudaError_t order_queries(const T* query, const int64_t* query_lengths, int64_t B, int64_t M,
+                          int64_t C, const Scratch<T>& s, cudaStream_t stream) {
+    const int64_t items = B * M;
+    if (items == 0) return cudaSuccess;
+    constexpr int kThreads = 256;
+    const int d = morton_axis_bits(B, C);
+    query_key_kernel<T><<<(unsigned)((items + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        query, query_lengths, B, M, d, s.grids, s.qkeys_in, s.qvals_in);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    size_t temp = s.sort_temp_bytes;
+    return cub::DeviceRadixSort::SortPairs(s.sort_temp, temp, s.qkeys_in, s.qkeys_out,
+                                           s.qvals_in, s.qvals_out, (int)items, 0,
+                                           query_key_bits(B, C), stream);
 }
 
 }  // namespace
