@@ -12,11 +12,11 @@
  *  5. grid_gather_kernel: the sorted refs as Point4 (x, y, z, -) with their indices.
  * The cells of cloud b are start[b * C + c] .. start[b * C + c + 1], c < grids[b].cells.
  *
- * order_queries() then sorts the query slots of every cloud by a Morton code of their cell
- * (query_key_kernel + a second radix sort), for the warp-cooperative searches: the 32 queries
- * of a warp are neighbours in space and share the cells they visit. Cloud b's slots keep the
- * positions [b * M, (b + 1) * M) of the sorted order (b is the key's top bits, the invalid
- * slots of a cloud sort to its end).
+ * order_queries() then sorts the query slots of every cloud by their cell in the same grid
+ * (query_key_kernel + a second radix sort): the 32 queries of a warp are then neighbours in
+ * space and walk nearly the same cells (less divergence, the cells' refs shared in L1). Cloud
+ * b's slots keep the positions [b * M, (b + 1) * M) of the sorted order (key b * C + cell, the
+ * invalid slots of a cloud in its last cell).
  */
 #pragma once
 
@@ -40,6 +40,7 @@ struct alignas(4 * sizeof(T)) Point4 {
 template <typename T>
 struct Scratch {
     pcops_grid* grids;   // [B]
+    unsigned long long* box;  // [B * 7]: the box (6 order-preserving codes) and a block count
     int32_t* start;      // [B * C + 1]
     int32_t* keys_in;    // [B * N]
     int32_t* keys_out;   // [B * N]
@@ -71,26 +72,6 @@ inline size_t sort_temp_bytes(int64_t items, int bits) {
     return bytes;
 }
 
-// Bits per axis of the Morton code of the query order: enough for about sqrt(C) cells per
-// axis (a flat scan spreads its cells over two axes), at most 10, and the cloud number b in
-// the key's top bits (the key stays below 2**31).
-inline int morton_axis_bits(int64_t B, int64_t C) {
-    int cbits = 0;
-    while (cbits < 40 && ((int64_t)1 << cbits) < C) ++cbits;
-    int d = (cbits + 1) / 2 + 1;
-    const int bbits = B > 1 ? key_bits(B - 1) : 0;
-    const int room = (31 - bbits) / 3;
-    if (d > room) d = room;
-    if (d > 10) d = 10;
-    return d < 1 ? 1 : d;
-}
-
-// Bits of the query sort's keys b << 3d | morton.
-inline int query_key_bits(int64_t B, int64_t C) {
-    const int bbits = B > 1 ? key_bits(B - 1) : 0;
-    return bbits + 3 * morton_axis_bits(B, C);
-}
-
 // Carves the scratch of B grids of N refs and C cells each (and, M > 0, the query order of
 // B * M query slots) from `base` (nullptr: only counts); returns the bytes used.
 template <typename T>
@@ -98,34 +79,36 @@ size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s, int64_t
     const int64_t items = B * N, qitems = B * M;
     size_t temp = sort_temp_bytes(items > 0 ? items : 1, key_bits(B * C));
     if (qitems > 0) {
-        const size_t qt = sort_temp_bytes(qitems, query_key_bits(B, C));
+        const size_t qt = sort_temp_bytes(qitems, key_bits(B * C));
         temp = qt > temp ? qt : temp;
     }
-    const size_t parts[12] = {(size_t)B * sizeof(pcops_grid), (size_t)(B * C + 1) * 4,
+    const size_t parts[13] = {(size_t)B * sizeof(pcops_grid), (size_t)B * 7 * 8,
+                              (size_t)(B * C + 1) * 4,
                               (size_t)items * 4, (size_t)items * 4, (size_t)items * 4,
                               (size_t)items * 4, (size_t)items * sizeof(Point4<T>),
                               (size_t)qitems * 4, (size_t)qitems * 4, (size_t)qitems * 4,
                               (size_t)qitems * 4, temp};
     char* p = static_cast<char*>(base);
     size_t off = 0;
-    void* ptr[12];
-    for (int i = 0; i < 12; ++i) {
+    void* ptr[13];
+    for (int i = 0; i < 13; ++i) {
         ptr[i] = p ? p + off : nullptr;
         off += align_up(parts[i]);
     }
     if (s) {
         s->grids = (pcops_grid*)ptr[0];
-        s->start = (int32_t*)ptr[1];
-        s->keys_in = (int32_t*)ptr[2];
-        s->keys_out = (int32_t*)ptr[3];
-        s->vals_in = (int32_t*)ptr[4];
-        s->vals_out = (int32_t*)ptr[5];
-        s->pts = (Point4<T>*)ptr[6];
-        s->qkeys_in = (int32_t*)ptr[7];
-        s->qkeys_out = (int32_t*)ptr[8];
-        s->qvals_in = (int32_t*)ptr[9];
-        s->qvals_out = (int32_t*)ptr[10];
-        s->sort_temp = ptr[11];
+        s->box = (unsigned long long*)ptr[1];
+        s->start = (int32_t*)ptr[2];
+        s->keys_in = (int32_t*)ptr[3];
+        s->keys_out = (int32_t*)ptr[4];
+        s->vals_in = (int32_t*)ptr[5];
+        s->vals_out = (int32_t*)ptr[6];
+        s->pts = (Point4<T>*)ptr[7];
+        s->qkeys_in = (int32_t*)ptr[8];
+        s->qkeys_out = (int32_t*)ptr[9];
+        s->qvals_in = (int32_t*)ptr[10];
+        s->qvals_out = (int32_t*)ptr[11];
+        s->sort_temp = ptr[12];
         s->sort_temp_bytes = temp;
     }
     return off;
@@ -134,24 +117,37 @@ size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s, int64_t
 __device__ __forceinline__ double dmin(double a, double b) { return a < b ? a : b; }
 __device__ __forceinline__ double dmax(double a, double b) { return a > b ? a : b; }
 
-constexpr int kBoxThreads = 512;
+constexpr int kBoxThreads = 256;
+constexpr int kBoxPointsPerThread = 16;
 
-// One block per cloud: the box of its valid finite refs, then the grid.
+// A double as an unsigned code in the same order (min / max by integer atomics), and back.
+__device__ __forceinline__ unsigned long long order_code(double x) {
+    const unsigned long long u = (unsigned long long)__double_as_longlong(x);
+    return (u >> 63) ? ~u : (u | 0x8000000000000000ull);
+}
+__device__ __forceinline__ double order_decode(unsigned long long c) {
+    return __longlong_as_double((long long)((c >> 63) ? (c & 0x7fffffffffffffffull) : ~c));
+}
+
+// Blocks (y) per cloud (x): each reduces the box of its slice of the valid finite refs into
+// the cloud's 6 codes (mins, and maxes as complemented codes, all by atomicMin; the codes
+// start all ones, so a cloud without finite refs keeps them); the last block of a cloud to
+// finish (the 7th word counts them, from all ones) sets up its grid from the box.
 template <typename T>
 __global__ void __launch_bounds__(kBoxThreads)
 grid_box_kernel(const T* __restrict__ ref, const int64_t* __restrict__ ref_lengths, int64_t N,
-                int64_t C, double min_cell, pcops_grid* __restrict__ grids) {
+                int64_t C, double min_cell, unsigned long long* __restrict__ box,
+                pcops_grid* __restrict__ grids) {
     __shared__ double red[6][kBoxThreads / 32];
-    __shared__ int any[kBoxThreads / 32];
+    __shared__ bool last;
     const int64_t b = blockIdx.x;
     const int64_t L = pcops_valid_length(ref_lengths, b, N);
     const T* cloud = ref + b * N * 3;
     double v[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    int found = 0;
-    for (int64_t i = threadIdx.x; i < L; i += blockDim.x) {
+    const int64_t stride = (int64_t)gridDim.y * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; i < L; i += stride) {
         const double x = cloud[3 * i], y = cloud[3 * i + 1], z = cloud[3 * i + 2];
         if (!pcops_grid_finite3(x, y, z)) continue;
-        found = 1;
         v[0] = dmin(v[0], x);
         v[1] = dmin(v[1], y);
         v[2] = dmin(v[2], z);
@@ -162,31 +158,42 @@ grid_box_kernel(const T* __restrict__ ref, const int64_t* __restrict__ ref_lengt
     for (int o = 16; o > 0; o >>= 1) {
         for (int j = 0; j < 3; ++j) v[j] = dmin(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
         for (int j = 3; j < 6; ++j) v[j] = dmax(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
-        found |= __shfl_xor_sync(0xffffffffu, found, o);
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) {
+    if (lane == 0)
         for (int j = 0; j < 6; ++j) red[j][warp] = v[j];
-        any[warp] = found;
+    __syncthreads();
+    unsigned long long* cb = box + 7 * b;
+    if (threadIdx.x < 6) {
+        const int j = threadIdx.x;
+        double r = red[j][0];
+        for (int w = 1; w < kBoxThreads / 32; ++w) r = j < 3 ? dmin(r, red[j][w]) : dmax(r, red[j][w]);
+        if (r == r && r != (j < 3 ? INFINITY : -INFINITY)) {  // the slice had a finite ref
+            const unsigned long long c = order_code(r);
+            atomicMin(cb + j, j < 3 ? c : ~c);
+        }
+        __threadfence();
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        const int warps = blockDim.x / 32;
-        for (int w = 1; w < warps; ++w) {
-            for (int j = 0; j < 3; ++j) red[j][0] = dmin(red[j][0], red[j][w]);
-            for (int j = 3; j < 6; ++j) red[j][0] = dmax(red[j][0], red[j][w]);
-            any[0] |= any[w];
-        }
-        pcops_grid g;
-        if (any[0]) {
-            const double lo[3] = {red[0][0], red[1][0], red[2][0]};
-            const double hi[3] = {red[3][0], red[4][0], red[5][0]};
-            pcops_grid_setup(&g, lo, hi, C, min_cell);
-        } else {
-            pcops_grid_set_empty(&g);
-        }
-        grids[b] = g;
+        // the count starts at all ones: the k-th block to get here reads k - 2
+        const unsigned long long before = atomicAdd(cb + 6, 1ull);
+        last = (long long)before == (long long)gridDim.y - 2;
     }
+    __syncthreads();
+    if (!last || threadIdx.x != 0) return;
+    __threadfence();
+    unsigned long long c[6];
+    for (int j = 0; j < 6; ++j) c[j] = atomicAdd(cb + j, 0ull);  // a coherent read
+    pcops_grid g;
+    if (c[0] != ~0ull) {
+        const double lo[3] = {order_decode(c[0]), order_decode(c[1]), order_decode(c[2])};
+        const double hi[3] = {order_decode(~c[3]), order_decode(~c[4]), order_decode(~c[5])};
+        pcops_grid_setup(&g, lo, hi, C, min_cell);
+    } else {
+        pcops_grid_set_empty(&g);
+    }
+    grids[b] = g;
 }
 
 // One thread per ref slot: its key (b * C + cell, or B * C) and value (its index).
@@ -240,9 +247,15 @@ __global__ void grid_gather_kernel(const T* __restrict__ ref, int64_t B, int64_t
 template <typename T>
 cudaError_t build(const T* ref, const int64_t* ref_lengths, int64_t B, int64_t N, int64_t C,
                   double min_cell, const Scratch<T>& s, cudaStream_t stream) {
-    grid_box_kernel<T><<<(unsigned)B, kBoxThreads, 0, stream>>>(ref, ref_lengths, N, C, min_cell,
-                                                                 s.grids);
-    cudaError_t err = cudaGetLastError();
+    cudaError_t err = cudaMemsetAsync(s.box, 0xff, (size_t)B * 7 * 8, stream);
+    if (err != cudaSuccess) return err;
+    int64_t box_blocks = (N + kBoxThreads * kBoxPointsPerThread - 1) /
+                         (kBoxThreads * kBoxPointsPerThread);
+    if (box_blocks < 1) box_blocks = 1;
+    if (box_blocks > 1024) box_blocks = 1024;
+    grid_box_kernel<T><<<dim3((unsigned)B, (unsigned)box_blocks), kBoxThreads, 0, stream>>>(
+        ref, ref_lengths, N, C, min_cell, s.box, s.grids);
+    err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     const int64_t items = B * N;
     constexpr int kThreads = 256;
@@ -265,63 +278,43 @@ cudaError_t build(const T* ref, const int64_t* ref_lengths, int64_t B, int64_t N
     return cudaGetLastError();
 }
 
-// The d low bits of v spread to every third bit (v < 2**10).
-__device__ __forceinline__ uint32_t spread3(uint32_t v) {
-    v &= 0x3ffu;
-    v = (v | (v << 16)) & 0x030000ffu;
-    v = (v | (v << 8)) & 0x0300f00fu;
-    v = (v | (v << 4)) & 0x030c30c3u;
-    v = (v | (v << 2)) & 0x09249249u;
-    return v;
-}
-
-// One thread per query slot: key = b << 3d | Morton code of its cell (each cell coordinate
-// scaled to d bits), or b << 3d | (2**3d - 1) for a slot without a valid finite query or in a
-// cloud without refs; value = its index in the cloud.
+// One thread per query slot: key = b * C + its cell (a query outside the box: the nearest
+// border cell), b * C + C - 1 for a slot without a valid finite query or in a cloud without
+// refs; value = its index in the cloud.
 template <typename T>
 __global__ void query_key_kernel(const T* __restrict__ query,
                                  const int64_t* __restrict__ query_lengths, int64_t B, int64_t M,
-                                 int d, const pcops_grid* __restrict__ grids,
+                                 int64_t C, const pcops_grid* __restrict__ grids,
                                  int32_t* __restrict__ keys, int32_t* __restrict__ vals) {
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= B * M) return;
     const int64_t b = t / M, m = t % M;
-    uint32_t code = (1u << (3 * d)) - 1u;
+    int64_t cell = C - 1;
     if (m < pcops_valid_length(query_lengths, b, M)) {
         const double x = query[3 * t], y = query[3 * t + 1], z = query[3 * t + 2];
         const pcops_grid g = grids[b];
-        if (g.cells > 0 && pcops_grid_finite3(x, y, z)) {
-            const double q[3] = {x, y, z};
-            uint32_t m3 = 0;
-            for (int a = 0; a < 3; ++a) {
-                int64_t c = pcops_grid_coord(&g, a, q[a]);
-                if (g.dims[a] > (1 << d)) c = (c << d) / g.dims[a];
-                m3 |= spread3((uint32_t)c) << a;
-            }
-            code = m3;
-        }
+        if (g.cells > 0 && pcops_grid_finite3(x, y, z)) cell = pcops_grid_cell(&g, x, y, z);
     }
-    keys[t] = (int32_t)(((uint32_t)b << (3 * d)) | code);
+    keys[t] = (int32_t)(b * C + cell);
     vals[t] = (int32_t)m;
 }
 
-// Sorts the query slots of every cloud by the Morton code of their cell in the grids built by
-// build(): s.qvals_out[b * M + j] is the query index of the j-th slot of cloud b. After build().
+// Sorts the query slots of every cloud by their cell in the grids built by build():
+// s.qvals_out[b * M + j] is the query index of the j-th slot of cloud b. After build().
 template <typename T>
 cudaError_t order_queries(const T* query, const int64_t* query_lengths, int64_t B, int64_t M,
                           int64_t C, const Scratch<T>& s, cudaStream_t stream) {
     const int64_t items = B * M;
     if (items == 0) return cudaSuccess;
     constexpr int kThreads = 256;
-    const int d = morton_axis_bits(B, C);
     query_key_kernel<T><<<(unsigned)((items + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        query, query_lengths, B, M, d, s.grids, s.qkeys_in, s.qvals_in);
+        query, query_lengths, B, M, C, s.grids, s.qkeys_in, s.qvals_in);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     size_t temp = s.sort_temp_bytes;
     return cub::DeviceRadixSort::SortPairs(s.sort_temp, temp, s.qkeys_in, s.qkeys_out,
                                            s.qvals_in, s.qvals_out, (int)items, 0,
-                                           query_key_bits(B, C), stream);
+                                           key_bits(B * C), stream);
 }
 
 }  // namespace

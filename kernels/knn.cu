@@ -683,7 +683,7 @@ knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __re
     int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= p.B * p.M) return;
     const int64_t b = t / p.M;
-    if (order) t = b * p.M + order[t];  // queries in the Morton order of their cells
+    t = b * p.M + order[t];  // the queries of a warp are neighbours (order_queries)
     const int64_t m = t % p.M;
     const int64_t row = t * p.k;
     const T* q = query + t * 3;
@@ -703,311 +703,59 @@ knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __re
     }
 }
 
-// ------------------------------------------------------------------------------------------
-// the warp-cooperative grid path (k <= 64)
-//
-// The queries of a cloud are sorted by the Morton code of their cell (order_queries), and a
-// warp takes 32 consecutive ones: neighbours in space. The warp visits a box of cells T (at
-// first its queries' cells and one cell around them) row by row: a row's cells [x0, x1] are
-// one contiguous run of the sorted refs, staged 32 at a time in shared memory and read by
-// every lane (a broadcast), each lane offering each ref to its own register list. Then every
-// lane checks its own stop test (its list is full and its k-th distance is below the bound on
-// every ref outside T); while some lane is not done, T grows (to the cells within the lanes'
-// k-th distances, or by a cell where a list is not full yet) and the rows of the new cells are
-// visited. A row is skipped when its cells are farther (the conservative bound of grid.h) from
-// the box of the warp's unfinished queries than the largest of their k-th distances. Lists
-// take full (dist2, idx) keys and a superset of the needed refs, so the result is the brute
-// force's, bit for bit, whatever the order and the warp's neighbours.
-
-constexpr int kWarpThreads = 128;  // 4 warps a block, each on its own 32 queries
-
-template <typename T>
-struct WarpStage {
-    Point4<T> p[32];
-    int32_t id[32];
-};
-
-__device__ __forceinline__ int32_t warp_min_i32(int32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_min_sync(0xffffffffu, v);
-#else
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-#endif
-}
-
-__device__ __forceinline__ int32_t warp_max_i32(int32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_max_sync(0xffffffffu, v);
-#else
-    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-#endif
-}
-
-template <typename T>
-__device__ __forceinline__ T warp_min_t(T v) {
-    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-template <typename T>
-__device__ __forceinline__ T warp_max_t(T v) {
-    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-struct WarpGridParams {
-    GridParams g;
-    const int32_t* order;  // [B * M] the query index of each sorted slot of its cloud
-    int64_t warps_per_cloud;
-};
-
-// B * warps_per_cloud warps of 32 lanes; lane j of warp w of cloud b owns sorted slot 32w + j.
-// Blocks an SM should hold: registers for 6 (k <= 16) down to 2 (k = 64) blocks of 4 warps.
-template <int K>
-struct WarpMinBlocks {
-    static constexpr int value = K <= 16 ? 6 : K <= 32 ? 4 : 2;
-};
-
-template <typename T, int K>
-__global__ void __launch_bounds__(kWarpThreads, WarpMinBlocks<K>::value)
-knn_grid_warp_kernel(const T* __restrict__ query, WarpGridParams wp,
-                     const Point4<T>* __restrict__ pts, T* __restrict__ out_d,
-                     int64_t* __restrict__ out_i) {
-    constexpr unsigned kAll = 0xffffffffu;
-    __shared__ WarpStage<T> stages[kWarpThreads / 32];
-    const GridParams& p = wp.g;
-    const int lane = threadIdx.x & 31;
-    WarpStage<T>& st = stages[threadIdx.x >> 5];
-    const int64_t wid = (int64_t)blockIdx.x * (kWarpThreads / 32) + (threadIdx.x >> 5);
-    if (wid >= p.B * wp.warps_per_cloud) return;  // the whole warp
-    const int64_t b = wid / wp.warps_per_cloud;
-    const int64_t slot = (wid % wp.warps_per_cloud) * 32 + lane;
-    const bool has_slot = slot < p.M;
-    const int64_t m = has_slot ? wp.order[b * p.M + slot] : 0;
-    T qx = T(0), qy = T(0), qz = T(0);
-    if (has_slot) {
-        const T* q = query + (b * p.M + m) * 3;
-        qx = q[0];
-        qy = q[1];
-        qz = q[2];
-    }
-    // the cloud's grid in shared memory, read where needed (in registers it takes ~24)
-    __shared__ pcops_grid grid_s[kWarpThreads / 32];
-    pcops_grid& g = grid_s[threadIdx.x >> 5];
-    if (lane == 0) g = p.grids[b];
-    __syncwarp();
-    const bool active = has_slot && m < pcops_valid_length(p.query_lengths, b, p.M) &&
-                        g.cells > 0 && pcops_grid_finite3(qx, qy, qz);
-    typename GridList<T, K>::type list;
-    list.init(p.k);
-    if (__any_sync(kAll, active)) {
-        const double q[3] = {(double)qx, (double)qy, (double)qz};
-        const int32_t dx = g.dims[0], dy = g.dims[1];
-        const int32_t* start = p.start + b * p.C;
-        const int32_t* ids = p.ids;
-        int32_t t0[3], t1[3], v0[3], v1[3];
-#pragma unroll
-        for (int a = 0; a < 3; ++a) {
-            const int32_t c = active ? pcops_grid_coord(&g, a, q[a]) : 0;
-            t0[a] = max(warp_min_i32(active ? c : INT_MAX) - 1, 0);
-            t1[a] = min(warp_max_i32(active ? c : -1) + 1, g.dims[a] - 1);
-            v0[a] = 1;  // the visited box V: empty
-            v1[a] = 0;
-        }
-        bool need = active;  // the lane's list may still change
-        for (;;) {
-            // the box of the unfinished queries and the largest of their k-th distances
-            // (min and max of T values: exact in T)
-            const T qlo[3] = {warp_min_t<T>(need ? qx : T(INFINITY)),
-                              warp_min_t<T>(need ? qy : T(INFINITY)),
-                              warp_min_t<T>(need ? qz : T(INFINITY))};
-            const T qhi[3] = {warp_max_t<T>(need ? qx : T(-INFINITY)),
-                              warp_max_t<T>(need ? qy : T(-INFINITY)),
-                              warp_max_t<T>(need ? qz : T(-INFINITY))};
-            const double thr = (double)warp_max_t<T>(
-                need ? (list.full() ? list.threshold() : T(INFINITY)) : T(-INFINITY));
-            const bool vempty = v0[0] > v1[0];
-            // the rows of T \ V: row (cy, cz) outside V's rows is one run [t0x, t1x]; inside,
-            // the runs left and right of V. Run s of 2 * rows: row s / 2, side s % 2.
-            const int32_t ny = t1[1] - t0[1] + 1;
-            const int64_t runs = 2 * (int64_t)ny * (t1[2] - t0[2] + 1);
-            for (int64_t r0 = 0; r0 < runs; r0 += 32) {
-                const int64_t r = r0 + lane;
-                int32_t ra = 0, re = 0;  // the run's sorted refs [ra, re)
-                if (r < runs) {
-                    const int32_t row = (int32_t)(r >> 1), side = (int32_t)(r & 1);
-                    const int32_t cy = t0[1] + row % ny, cz = t0[2] + row / ny;
-                    const bool inside =
-                        !vempty && cy >= v0[1] && cy <= v1[1] && cz >= v0[2] && cz <= v1[2];
-                    int32_t x0 = t0[0], x1 = t1[0];
-                    if (inside) {
-                        if (side == 0) x1 = v0[0] - 1;
-                        else x0 = v1[0] + 1;
-                    } else if (side == 1) {
-                        x1 = x0 - 1;
-                    }
-                    if (x0 <= x1) {
-                        const double gx = pcops_grid_interval_gap(&g, 0, qlo[0], qhi[0], x0, x1);
-                        const double gy = pcops_grid_interval_gap(&g, 1, qlo[1], qhi[1], cy, cy);
-                        const double gz = pcops_grid_interval_gap(&g, 2, qlo[2], qhi[2], cz, cz);
-                        if (!((gx * gx + gy * gy + gz * gz) * PCOPS_GRID_SHRINK > thr)) {
-                            const int64_t base = ((int64_t)cz * dy + cy) * dx;
-                            ra = start[base + x0];
-                            re = start[base + x1 + 1];
-                        }
-                    }
-                }
-                unsigned todo = __ballot_sync(kAll, re > ra);
-                while (todo) {
-                    const int src = __ffs(todo) - 1;
-                    todo &= todo - 1;
-                    const int32_t sa = __shfl_sync(kAll, ra, src);
-                    const int32_t se = __shfl_sync(kAll, re, src);
-                    for (int32_t base = sa; base < se; base += 32) {
-                        const int32_t j = base + lane;
-                        if (j < se) {
-                            st.p[lane] = pts[j];
-                            st.id[lane] = ids[j];
-                        }
-                        __syncwarp();
-                        const int n = se - base < 32 ? se - base : 32;
-                        if (need) {
-                            // the staged refs within the lane's k-th distance, then only those
-                            // offered: the warp runs the insertion as often as its busiest
-                            // lane needs, not once for every ref that some lane takes
-                            const T th = list.threshold();
-                            unsigned pass = 0;
-#pragma unroll 4
-                            for (int jj = 0; jj < n; ++jj) {
-                                const T d = squared_distance(qx, qy, qz, st.p[jj]);
-                                pass |= (unsigned)(d <= th) << jj;
-                            }
-                            while (pass) {
-                                const int jj = __ffs(pass) - 1;
-                                pass &= pass - 1;
-                                list.offer(squared_distance(qx, qy, qz, st.p[jj]), st.id[jj]);
-                            }
-                        }
-                        __syncwarp();
-                    }
-                }
-            }
-            bool whole = true;
-#pragma unroll
-            for (int a = 0; a < 3; ++a) {
-                v0[a] = t0[a];
-                v1[a] = t1[a];
-                whole = whole && t0[a] == 0 && t1[a] == g.dims[a] - 1;
-            }
-            need = need && !(list.full() && (double)list.threshold() <
-                                               pcops_grid_box_bound(&g, q, v0, v1));
-            if (whole || !__any_sync(kAll, need)) break;
-            // the next T: the cells within every unfinished lane's k-th distance, or V and one
-            // cell around it while a list is not full; at least one cell more than V
-            const bool all_full = __all_sync(kAll, !need || list.full());
-            bool grew = false;
-#pragma unroll
-            for (int a = 0; a < 3; ++a) {
-                int32_t lo = v0[a] - 1, hi = v1[a] + 1;
-                if (all_full) {
-                    int32_t clo = INT_MAX, chi = -1;
-                    if (need) {
-                        const double R = sqrt((double)list.threshold() / PCOPS_GRID_SHRINK) +
-                                         2.0 * g.margin;
-                        clo = pcops_grid_coord(&g, a, q[a] - R);
-                        chi = pcops_grid_coord(&g, a, q[a] + R);
-                    }
-                    lo = min(warp_min_i32(clo), v0[a]);
-                    hi = max(warp_max_i32(chi), v1[a]);
-                }
-                t0[a] = max(lo, 0);
-                t1[a] = min(hi, g.dims[a] - 1);
-                grew = grew || t0[a] < v0[a] || t1[a] > v1[a];
-            }
-            if (!grew) {
-#pragma unroll
-                for (int a = 0; a < 3; ++a) {
-                    t0[a] = max(v0[a] - 1, 0);
-                    t1[a] = min(v1[a] + 1, g.dims[a] - 1);
-                }
-            }
-        }
-    }
-    if (has_slot) {
-        const int64_t row = (b * p.M + m) * p.k;
-        list.finish(out_d + row, out_i + row, p.k);
-    }
-}
-
-// Cells per cloud of the grid path. The warp path (k <= 64): about k / 2 refs per cell (a
-// warp's queries then share a few cells, and most of their k neighbours lie in the block of
-// cells around them); the thread-per-query heap path (k > 64): about k / 4.
+// Cells per cloud of the grid path: about max(2, k / 4) refs per cell (H100, issue-8 rows
+// with the queries in cell order: at k = 16, 4 refs a cell beat 8 by 7-15 % and 16 by 15-25 %;
+// at k = 64, 16 refs a cell beat 32 and 64 by 15-30 %).
 double grid_refs_per_cell(int64_t K) {
     if (const char* e = getenv("PCOPS_KNN_GRID_PER_CELL")) {  // experiments only
         const double v = atof(e);
         if (v > 0) return v;
     }
-    if (K <= 64) return K / 2 > 2 ? (double)(K / 2) : 2.0;
-    return (double)(K / 4);
+    return K / 4 > 2 ? (double)(K / 4) : 2.0;
 }
 
 int64_t grid_cells(int64_t N, int64_t K) {
     return pcops_grid_budget(N, 1.0 / grid_refs_per_cell(K));
 }
 
+// Whether the queries are the refs themselves in a single cloud: the refs' sorted order is
+// then the queries' (no second sort).
+bool self_search(const pcops_knn_cuda_plan& plan, const void* query, const void* ref,
+                 const int64_t* query_lengths, const int64_t* ref_lengths) {
+    return plan.B == 1 && plan.M == plan.N && query == ref && query_lengths == ref_lengths;
+}
+
 template <typename T>
 cudaError_t launch_grid(const pcops_knn_cuda_plan& plan, const T* query, const T* ref,
                         const int64_t* query_lengths, const int64_t* ref_lengths,
                         void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
-    const bool warp = plan.K <= MaxRegisterK<T>::value;
+    const bool self = self_search(plan, query, ref, query_lengths, ref_lengths);
     pcops_grid_cuda::Scratch<T> s;
-    pcops_grid_cuda::carve<T>(workspace, plan.B, plan.N, plan.cells, &s, warp ? plan.M : 0);
+    pcops_grid_cuda::carve<T>(workspace, plan.B, plan.N, plan.cells, &s, plan.M);
     cudaError_t err = pcops_grid_cuda::build<T>(ref, ref_lengths, plan.B, plan.N, plan.cells, 0.0,
                                                 s, stream);
     if (err != cudaSuccess) return err;
-    GridParams p{query_lengths, ref_lengths, plan.B, plan.M, plan.N, plan.cells, (int)plan.K,
-                 s.grids, s.start, s.vals_out};
-    if (warp) {
+    const int32_t* order = s.vals_out;
+    if (!self) {
         err = pcops_grid_cuda::order_queries<T>(query, query_lengths, plan.B, plan.M, plan.cells,
                                                 s, stream);
         if (err != cudaSuccess) return err;
-        if (const char* e = getenv("PCOPS_KNN_GRID_MODE")) {  // experiments only
-            if (e[0] == 't') {
-                const int64_t blocks = (plan.B * plan.M + kThreads - 1) / kThreads;
-                const unsigned g = (unsigned)blocks;
-                const int32_t* o = e[1] == 'u' ? nullptr : s.qvals_out;
-                switch (register_bucket(plan.K)) {
-                    case 1: knn_grid_kernel<T, 1><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, o); break;
-                    case 4: knn_grid_kernel<T, 4><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, o); break;
-                    case 8: knn_grid_kernel<T, 8><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, o); break;
-                    case 16: knn_grid_kernel<T, 16><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, o); break;
-                    case 32: knn_grid_kernel<T, 32><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, o); break;
-                    default: knn_grid_kernel<T, 64><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, o); break;
-                }
-                return cudaGetLastError();
-            }
-        }
-        const int64_t wpc = (plan.M + 31) / 32;
-        const int64_t blocks = (plan.B * wpc + kWarpThreads / 32 - 1) / (kWarpThreads / 32);
-        if (blocks > INT_MAX) return cudaErrorInvalidValue;
-        const WarpGridParams wp{p, s.qvals_out, wpc};
-        const unsigned g = (unsigned)blocks;
-        switch (register_bucket(plan.K)) {
-            case 1: knn_grid_warp_kernel<T, 1><<<g, kWarpThreads, 0, stream>>>(query, wp, s.pts, dist2, idx); break;
-            case 4: knn_grid_warp_kernel<T, 4><<<g, kWarpThreads, 0, stream>>>(query, wp, s.pts, dist2, idx); break;
-            case 8: knn_grid_warp_kernel<T, 8><<<g, kWarpThreads, 0, stream>>>(query, wp, s.pts, dist2, idx); break;
-            case 16: knn_grid_warp_kernel<T, 16><<<g, kWarpThreads, 0, stream>>>(query, wp, s.pts, dist2, idx); break;
-            case 32: knn_grid_warp_kernel<T, 32><<<g, kWarpThreads, 0, stream>>>(query, wp, s.pts, dist2, idx); break;
-            default: knn_grid_warp_kernel<T, 64><<<g, kWarpThreads, 0, stream>>>(query, wp, s.pts, dist2, idx); break;
-        }
-        return cudaGetLastError();
+        order = s.qvals_out;
     }
+    GridParams p{query_lengths, ref_lengths, plan.B, plan.M, plan.N, plan.cells, (int)plan.K,
+                 s.grids, s.start, s.vals_out};
     const int64_t blocks = (plan.B * plan.M + kThreads - 1) / kThreads;
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
-    knn_grid_kernel<T, 0><<<(unsigned)blocks, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx,
-                                                                      nullptr);
+    const unsigned g = (unsigned)blocks;
+    switch (plan.K > MaxRegisterK<T>::value ? 0 : register_bucket(plan.K)) {
+        case 1: knn_grid_kernel<T, 1><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, order); break;
+        case 4: knn_grid_kernel<T, 4><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, order); break;
+        case 8: knn_grid_kernel<T, 8><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, order); break;
+        case 16: knn_grid_kernel<T, 16><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, order); break;
+        case 32: knn_grid_kernel<T, 32><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, order); break;
+        case 64: knn_grid_kernel<T, 64><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, order); break;
+        default: knn_grid_kernel<T, 0><<<g, kThreads, 0, stream>>>(query, p, s.pts, dist2, idx, order); break;
+    }
     return cudaGetLastError();
 }
 
@@ -1038,13 +786,12 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     // the grid's keys b * C + cell are int32
     const int64_t cells = grid_cells(N, K);
     const bool grid_ok = B * (cells + 1) < INT_MAX && B * N < INT_MAX && B * M < INT_MAX;
-    // AUTO, from one H100 run (BENCHMARKS.md, issue-8 rows): the grid from N = 2048 up while
-    // k <= 32, from N = 16384 up for 32 < k <= 64 (at N = 4096, k = 64 the brute force was as
-    // fast); the brute force below (at N = 1024, k = 32 it was 2x faster).
+    // AUTO, from the H100 (BENCHMARKS.md, issue-8 rows): the grid from N = 2048 up for k <= 64
+    // (at N = 4096, k = 64 it is 3.7x faster than the brute force since the queries run in
+    // cell order); the brute force below (at N = 1024, k = 32 it is ~10 % faster).
     if (variant == PCOPS_SEARCH_AUTO)
-        variant = K <= max_reg && 8 * K <= N && (N >= 16384 || (N >= 2048 && K <= 32))
-                      ? PCOPS_SEARCH_GRID
-                      : PCOPS_SEARCH_BRUTE;
+        variant = K <= max_reg && 8 * K <= N && N >= 2048 ? PCOPS_SEARCH_GRID
+                                                          : PCOPS_SEARCH_BRUTE;
     if (variant == PCOPS_SEARCH_GRID && !grid_ok) variant = PCOPS_SEARCH_BRUTE;
     if (variant == PCOPS_SEARCH_BRUTE && K > max_reg) variant = PCOPS_SEARCH_BRUTE_HEAP;
     if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_HEAP)
@@ -1054,11 +801,10 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     if (B == 0 || M == 0) return cudaSuccess;
     if (variant == PCOPS_SEARCH_GRID) {
         plan->cells = cells;
-        const int64_t qslots = K <= max_reg ? M : 0;  // the warp path's query order
         plan->workspace_bytes =
             dtype == PCOPS_FLOAT32
-                ? pcops_grid_cuda::carve<float>(nullptr, B, N, cells, nullptr, qslots)
-                : pcops_grid_cuda::carve<double>(nullptr, B, N, cells, nullptr, qslots);
+                ? pcops_grid_cuda::carve<float>(nullptr, B, N, cells, nullptr, M)
+                : pcops_grid_cuda::carve<double>(nullptr, B, N, cells, nullptr, M);
     } else if (variant == PCOPS_SEARCH_BRUTE) {
         plan->splits = choose_splits(B, M, N, K, info.sms);
         if (plan->splits > 1)

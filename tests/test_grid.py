@@ -215,6 +215,53 @@ def test_knn_grid_kitti_full(gen):
     assert_equal(d[0, pick], knn_op(scan[:, pick], scan, 16, None, None, BRUTE)[0][0], what="dist2")
 
 
+@pytest.mark.parametrize("shape", ["uniform", "blobs", "kitti", "utm"])
+def test_knn_grid_self_search(device, gen, shape):
+    """The queries are the refs themselves (one cloud, the same tensor and lengths): the CUDA
+    path reuses the refs' cell order for the queries instead of sorting them again."""
+    N = 30000 if device == "cuda" else 6000
+    ref = SHAPES[shape](1, N, gen)
+    ref[0, 7] = float("nan")
+    ref[0, 11, 2] = float("inf")
+    for dtype in (torch.float32, torch.float64):
+        r = ref.to(dtype).to(device)
+        for k in (1, 16, 64, 65):
+            check_knn(r, r, k)
+        lens = torch.tensor([N // 2], device=device)
+        check_knn(r, r, 16, lens, lens)
+        check_knn(r, r, 16, lens, None)
+        check_knn(r, r.clone(), 16)
+
+
+def test_knn_grid_box_many_blocks(cuda, gen):
+    """Clouds large enough that several blocks reduce each box (and ragged, and empty)."""
+    ref = torch.cat([blobs(3, 20000, gen), uniform(3, 20000, gen) * 50.0 - 7.0], 1)
+    ref = ref[:, torch.randperm(40000, generator=gen)]
+    query = queries_for(ref, 3000, gen, "around")
+    rl = torch.tensor([40000, 5000, 0], device="cuda")
+    ql = torch.tensor([3000, 3000, 17], device="cuda")
+    for dtype in (torch.float32, torch.float64):
+        q, r = query.to(dtype).cuda(), ref.to(dtype).cuda()
+        for k in (8, 16):
+            check_knn(q, r, k, ql, rl)
+        check_bq(q, r, 0.5, 32, ql, rl)
+
+
+@pytest.mark.sanitizer
+def test_grid_cuda_small_for_sanitizer(cuda, gen):
+    """The grid paths forced on small clouds (two box blocks a cloud, ragged lengths, the
+    self-search order, the heap list) under compute-sanitizer."""
+    ref = blobs(2, 5000, gen).float().cuda()
+    query = queries_for(blobs(2, 5000, gen), 300, gen, "around").float().cuda()
+    rl = torch.tensor([5000, 700], device="cuda")
+    ql = torch.tensor([300, 41], device="cuda")
+    for k in (16, 65):
+        check_knn(query, ref, k, ql, rl)
+    one = ref[:1].contiguous()
+    check_knn(one, one, 16)
+    check_bq(query, ref, 0.05, 32, ql, rl)
+
+
 # ---------------------------------------------------------------------------------------------
 # ball query
 
