@@ -12,15 +12,14 @@
  *  5. grid_gather_kernel: the sorted refs as Point4 (x, y, z, -) with their indices.
  * The cells of cloud b are start[b * C + c] .. start[b * C + c + 1], c < grids[b].cells.
  *
- * order_queries() then sorts the query slots of every cloud by their cell in the same grid
- * (query_key_kernel + a second radix sort): the 32 queries of a warp are then neighbours in
- * space and walk nearly the same cells (less divergence, the cells' refs shared in L1). Cloud
- * b's slots keep the positions [b * M, (b + 1) * M) of the sorted order (key b * C + cell, the
- * invalid slots of a cloud in its last cell).
+ * build_counting() (kNN) bins the refs and the queries together by a counting sort instead:
+ * the queries in cell order, so that the 32 queries of a warp are neighbours in space and walk
+ * nearly the same cells (less divergence, the cells' refs shared in L1).
  */
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <cfloat>
 #include <cstdint>
@@ -47,10 +46,6 @@ struct Scratch {
     int32_t* vals_in;    // [B * N]
     int32_t* vals_out;   // [B * N] the ref index of each sorted position
     Point4<T>* pts;      // [B * N] the sorted refs
-    int32_t* qkeys_in;   // [B * M] (order_queries only; M = 0: none)
-    int32_t* qkeys_out;  // [B * M]
-    int32_t* qvals_in;   // [B * M]
-    int32_t* qvals_out;  // [B * M] the query index of each sorted slot of its cloud
     void* sort_temp;
     size_t sort_temp_bytes;
 };
@@ -72,26 +67,20 @@ inline size_t sort_temp_bytes(int64_t items, int bits) {
     return bytes;
 }
 
-// Carves the scratch of B grids of N refs and C cells each (and, M > 0, the query order of
-// B * M query slots) from `base` (nullptr: only counts); returns the bytes used.
+// Carves the scratch of B grids of N refs and C cells each from `base` (nullptr: only
+// counts); returns the bytes used.
 template <typename T>
-size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s, int64_t M = 0) {
-    const int64_t items = B * N, qitems = B * M;
-    size_t temp = sort_temp_bytes(items > 0 ? items : 1, key_bits(B * C));
-    if (qitems > 0) {
-        const size_t qt = sort_temp_bytes(qitems, key_bits(B * C));
-        temp = qt > temp ? qt : temp;
-    }
-    const size_t parts[13] = {(size_t)B * sizeof(pcops_grid), (size_t)B * 7 * 8,
-                              (size_t)(B * C + 1) * 4,
-                              (size_t)items * 4, (size_t)items * 4, (size_t)items * 4,
-                              (size_t)items * 4, (size_t)items * sizeof(Point4<T>),
-                              (size_t)qitems * 4, (size_t)qitems * 4, (size_t)qitems * 4,
-                              (size_t)qitems * 4, temp};
+size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s) {
+    const int64_t items = B * N;
+    const size_t temp = sort_temp_bytes(items > 0 ? items : 1, key_bits(B * C));
+    const size_t parts[9] = {(size_t)B * sizeof(pcops_grid), (size_t)B * 7 * 8,
+                             (size_t)(B * C + 1) * 4, (size_t)items * 4, (size_t)items * 4,
+                             (size_t)items * 4, (size_t)items * 4,
+                             (size_t)items * sizeof(Point4<T>), temp};
     char* p = static_cast<char*>(base);
     size_t off = 0;
-    void* ptr[13];
-    for (int i = 0; i < 13; ++i) {
+    void* ptr[9];
+    for (int i = 0; i < 9; ++i) {
         ptr[i] = p ? p + off : nullptr;
         off += align_up(parts[i]);
     }
@@ -104,11 +93,7 @@ size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s, int64_t
         s->vals_in = (int32_t*)ptr[5];
         s->vals_out = (int32_t*)ptr[6];
         s->pts = (Point4<T>*)ptr[7];
-        s->qkeys_in = (int32_t*)ptr[8];
-        s->qkeys_out = (int32_t*)ptr[9];
-        s->qvals_in = (int32_t*)ptr[10];
-        s->qvals_out = (int32_t*)ptr[11];
-        s->sort_temp = ptr[12];
+        s->sort_temp = ptr[8];
         s->sort_temp_bytes = temp;
     }
     return off;
@@ -278,43 +263,170 @@ cudaError_t build(const T* ref, const int64_t* ref_lengths, int64_t B, int64_t N
     return cudaGetLastError();
 }
 
-// One thread per query slot: key = b * C + its cell (a query outside the box: the nearest
-// border cell), b * C + C - 1 for a slot without a valid finite query or in a cloud without
-// refs; value = its index in the cloud.
+// ------------------------------------------------------------------------------------------
+// The counting-sort build (kNN): refs and queries binned together, in four kernels and a scan.
+// The order of the refs inside a cell (and of the queries) is that of the atomic counts, so it
+// may change from call to call: the kNN lists compare full (dist2, idx) keys and do not depend
+// on it (ball query, which stops inside a cell by index, keeps the stable radix-sort build).
+//
+//  counts [2 * B * C + 1]: refs per key b * C + cell (key B * C: refs without a cell), then
+//           queries per key (a slot without a valid finite query: its cloud's last cell);
+//  start  [2 * B * C + 1]: the exclusive sum: start[b * C + c] is the first sorted ref of the
+//           cell, start[B * C] the end of the binned refs; start[B * C + 1 + key] - B * N the
+//           first sorted query slot of the key, so cloud b's slots are [b * M, (b + 1) * M).
 template <typename T>
-__global__ void query_key_kernel(const T* __restrict__ query,
-                                 const int64_t* __restrict__ query_lengths, int64_t B, int64_t M,
-                                 int64_t C, const pcops_grid* __restrict__ grids,
-                                 int32_t* __restrict__ keys, int32_t* __restrict__ vals) {
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= B * M) return;
-    const int64_t b = t / M, m = t % M;
-    int64_t cell = C - 1;
-    if (m < pcops_valid_length(query_lengths, b, M)) {
-        const double x = query[3 * t], y = query[3 * t + 1], z = query[3 * t + 2];
-        const pcops_grid g = grids[b];
-        if (g.cells > 0 && pcops_grid_finite3(x, y, z)) cell = pcops_grid_cell(&g, x, y, z);
-    }
-    keys[t] = (int32_t)(b * C + cell);
-    vals[t] = (int32_t)m;
+struct CountScratch {
+    pcops_grid* grids;        // [B]
+    unsigned long long* box;  // [B * 7]
+    int32_t* counts;          // [2 * B * C + 1]
+    int32_t* start;           // [2 * B * C + 1]
+    int32_t* keys;            // [B * N + B * M]
+    int32_t* rank;            // [B * N + B * M] rank of the item in its key
+    int32_t* ids;             // [B * N] the ref index of each sorted position
+    int32_t* order;           // [B * M] the query index of each sorted slot of its cloud
+    Point4<T>* pts;           // [B * N] the sorted refs
+    void* scan_temp;
+    size_t scan_temp_bytes;
+};
+
+inline size_t scan_temp_bytes(int64_t items) {
+    size_t bytes = 0;
+    cub::DeviceScan::ExclusiveSum((void*)nullptr, bytes, (const int32_t*)nullptr,
+                                  (int32_t*)nullptr, (int)items, (cudaStream_t)0);
+    return bytes;
 }
 
-// Sorts the query slots of every cloud by their cell in the grids built by build():
-// s.qvals_out[b * M + j] is the query index of the j-th slot of cloud b. After build().
 template <typename T>
-cudaError_t order_queries(const T* query, const int64_t* query_lengths, int64_t B, int64_t M,
-                          int64_t C, const Scratch<T>& s, cudaStream_t stream) {
-    const int64_t items = B * M;
-    if (items == 0) return cudaSuccess;
-    constexpr int kThreads = 256;
-    query_key_kernel<T><<<(unsigned)((items + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        query, query_lengths, B, M, C, s.grids, s.qkeys_in, s.qvals_in);
-    cudaError_t err = cudaGetLastError();
+size_t carve_counting(void* base, int64_t B, int64_t N, int64_t M, int64_t C,
+                      CountScratch<T>* s) {
+    const int64_t keys = 2 * B * C + 1, items = B * N + B * M;
+    const size_t temp = scan_temp_bytes(keys);
+    const size_t parts[10] = {(size_t)B * sizeof(pcops_grid), (size_t)B * 7 * 8,
+                              (size_t)keys * 4, (size_t)keys * 4, (size_t)items * 4,
+                              (size_t)items * 4, (size_t)(B * N) * 4, (size_t)(B * M) * 4,
+                              (size_t)(B * N) * sizeof(Point4<T>), temp};
+    char* p = static_cast<char*>(base);
+    size_t off = 0;
+    void* ptr[10];
+    for (int i = 0; i < 10; ++i) {
+        ptr[i] = p ? p + off : nullptr;
+        off += align_up(parts[i]);
+    }
+    if (s) {
+        s->grids = (pcops_grid*)ptr[0];
+        s->box = (unsigned long long*)ptr[1];
+        s->counts = (int32_t*)ptr[2];
+        s->start = (int32_t*)ptr[3];
+        s->keys = (int32_t*)ptr[4];
+        s->rank = (int32_t*)ptr[5];
+        s->ids = (int32_t*)ptr[6];
+        s->order = (int32_t*)ptr[7];
+        s->pts = (Point4<T>*)ptr[8];
+        s->scan_temp = ptr[9];
+        s->scan_temp_bytes = temp;
+    }
+    return off;
+}
+
+// One thread per ref slot, then per query slot: its key and its rank among the key's items.
+template <typename T>
+__global__ void count_kernel(const T* __restrict__ ref, const int64_t* __restrict__ ref_lengths,
+                             const T* __restrict__ query,
+                             const int64_t* __restrict__ query_lengths, int64_t B, int64_t N,
+                             int64_t M, int64_t C, const pcops_grid* __restrict__ grids,
+                             int32_t* __restrict__ counts, int32_t* __restrict__ keys,
+                             int32_t* __restrict__ rank) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= B * N + B * M) return;
+    int64_t key;
+    if (t < B * N) {
+        const int64_t b = t / N, i = t % N;
+        key = B * C;
+        if (i < pcops_valid_length(ref_lengths, b, N)) {
+            const double x = ref[3 * t], y = ref[3 * t + 1], z = ref[3 * t + 2];
+            if (pcops_grid_finite3(x, y, z)) {
+                const pcops_grid g = grids[b];
+                key = b * C + pcops_grid_cell(&g, x, y, z);
+            }
+        }
+    } else {
+        const int64_t u = t - B * N, b = u / M, m = u % M;
+        int64_t cell = C - 1;
+        if (m < pcops_valid_length(query_lengths, b, M)) {
+            const double x = query[3 * u], y = query[3 * u + 1], z = query[3 * u + 2];
+            const pcops_grid g = grids[b];
+            if (g.cells > 0 && pcops_grid_finite3(x, y, z)) cell = pcops_grid_cell(&g, x, y, z);
+        }
+        key = B * C + 1 + b * C + cell;
+    }
+    keys[t] = (int32_t)key;
+    rank[t] = atomicAdd(counts + key, 1);
+}
+
+// A ref index stored in a Point4's w slot: its bits in a float, its value in a double.
+template <typename T>
+__device__ __forceinline__ T index_as(int32_t i);
+template <>
+__device__ __forceinline__ float index_as<float>(int32_t i) { return __int_as_float(i); }
+template <>
+__device__ __forceinline__ double index_as<double>(int32_t i) { return (double)i; }
+
+// One thread per ref slot, then per query slot: the binned ref (coordinates and index) at its
+// sorted position, the query index at its sorted slot.
+template <typename T>
+__global__ void scatter_kernel(const T* __restrict__ ref, int64_t B, int64_t N, int64_t M,
+                               int64_t C, const int32_t* __restrict__ keys,
+                               const int32_t* __restrict__ rank,
+                               const int32_t* __restrict__ start, Point4<T>* __restrict__ pts,
+                               int32_t* __restrict__ ids, int32_t* __restrict__ order) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= B * N + B * M) return;
+    const int64_t key = keys[t];
+    if (t < B * N) {
+        if (key >= B * C) return;  // no cell: never read
+        const int64_t pos = (int64_t)start[key] + rank[t];
+        const T* r = ref + t * 3;
+        const int32_t i = (int32_t)(t % N);
+        pts[pos] = Point4<T>{r[0], r[1], r[2], index_as<T>(i)};  // the index in w
+        ids[pos] = i;
+    } else {
+        const int64_t slot = (int64_t)start[key] - B * N + rank[t];
+        order[slot] = (int32_t)((t - B * N) % M);
+    }
+}
+
+// Builds the grids and the query order; every kernel on `stream`, nothing read back.
+template <typename T>
+cudaError_t build_counting(const T* ref, const int64_t* ref_lengths, const T* query,
+                           const int64_t* query_lengths, int64_t B, int64_t N, int64_t M,
+                           int64_t C, const CountScratch<T>& s, cudaStream_t stream) {
+    const int64_t keys = 2 * B * C + 1, items = B * N + B * M;
+    cudaError_t err = cudaMemsetAsync(s.box, 0xff, (size_t)B * 7 * 8, stream);
+    if (err == cudaSuccess) err = cudaMemsetAsync(s.counts, 0, (size_t)keys * 4, stream);
     if (err != cudaSuccess) return err;
-    size_t temp = s.sort_temp_bytes;
-    return cub::DeviceRadixSort::SortPairs(s.sort_temp, temp, s.qkeys_in, s.qkeys_out,
-                                           s.qvals_in, s.qvals_out, (int)items, 0,
-                                           key_bits(B * C), stream);
+    int64_t box_blocks = (N + kBoxThreads * kBoxPointsPerThread - 1) /
+                         (kBoxThreads * kBoxPointsPerThread);
+    if (box_blocks < 1) box_blocks = 1;
+    if (box_blocks > 1024) box_blocks = 1024;
+    grid_box_kernel<T><<<dim3((unsigned)B, (unsigned)box_blocks), kBoxThreads, 0, stream>>>(
+        ref, ref_lengths, N, C, 0.0, s.box, s.grids);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    constexpr int kThreads = 256;
+    const unsigned blocks = (unsigned)((items + kThreads - 1) / kThreads);
+    if (items > 0) {
+        count_kernel<T><<<blocks, kThreads, 0, stream>>>(ref, ref_lengths, query, query_lengths,
+                                                         B, N, M, C, s.grids, s.counts, s.keys,
+                                                         s.rank);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
+    size_t temp = s.scan_temp_bytes;
+    err = cub::DeviceScan::ExclusiveSum(s.scan_temp, temp, s.counts, s.start, (int)keys, stream);
+    if (err != cudaSuccess || items == 0) return err;
+    scatter_kernel<T><<<blocks, kThreads, 0, stream>>>(ref, B, N, M, C, s.keys, s.rank, s.start,
+                                                       s.pts, s.ids, s.order);
+    return cudaGetLastError();
 }
 
 }  // namespace

@@ -79,6 +79,10 @@ __device__ __forceinline__ double squared_distance(double qx, double qy, double 
     return pcops_dist2_f64(qx, qy, qz, r.x, r.y, r.z);
 }
 
+// The ref index a grid build stored in a binned point's w slot (build_counting).
+__device__ __forceinline__ int point_id(const Point4<float>& r) { return __float_as_int(r.w); }
+__device__ __forceinline__ int point_id(const Point4<double>& r) { return (int)r.w; }
+
 // The sorted list of one thread in registers: d[0] <= d[1] <= ... <= d[K-1], ties in index
 // order. The first K - k slots hold -inf and never move; d[K-1] is the k-th distance.
 template <typename T, int K>
@@ -612,6 +616,24 @@ struct GridParams {
     const int32_t* ids;    // the ref index of each sorted position
 };
 
+__device__ __forceinline__ double sq(double x) { return x * x; }
+
+// Offers the sorted refs [j, end) to the list, two a step with both loads issued before either
+// is used (a ref's index travels in its w slot: one 16- or 32-byte load a ref).
+template <typename T, typename List>
+__device__ __forceinline__ void scan_run(const Point4<T>* __restrict__ pts, int32_t j,
+                                         int32_t end, T qx, T qy, T qz, List& list) {
+    for (; j + 1 < end; j += 2) {
+        const Point4<T> r0 = pts[j], r1 = pts[j + 1];
+        list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
+        list.offer(squared_distance(qx, qy, qz, r1), point_id(r1));
+    }
+    if (j < end) {
+        const Point4<T> r0 = pts[j];
+        list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
+    }
+}
+
 // Visits the grid of cloud b around q in rings (kernels/knn_cpu.inc, knn_grid_query, is the
 // same walk) and offers every ref of a visited cell to the list.
 template <typename T, typename List>
@@ -652,20 +674,32 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
                 const double gy = pcops_grid_axis_gap(&g, 1, q[1], cy, cy);
                 const double byz = bz + gy * gy;
                 if (list.full() && byz * PCOPS_GRID_SHRINK > (double)list.threshold()) continue;
-                const int32_t step = edge || r == 0 ? 1 : 2 * r;
-                const int32_t xa = edge ? x0 : c[0] - r, xb = edge ? x1 : c[0] + r;
-                for (int32_t cx = xa; cx <= xb; cx += step) {
-                    if (cx < x0 || cx > x1) continue;
+                const int64_t row = ((int64_t)cz * dy + cy) * dx;
+                if (edge || r == 0) {
+                    // every cell of the row is new: one contiguous run of sorted refs, less
+                    // the cells at its ends beyond the k-th distance (the gap grows away from
+                    // the query, so the cells between two kept ends are kept too)
+                    int32_t xa = x0, xb = x1;
                     if (list.full()) {
-                        const double gx = pcops_grid_axis_gap(&g, 0, q[0], cx, cx);
-                        if ((byz + gx * gx) * PCOPS_GRID_SHRINK > (double)list.threshold())
-                            continue;
+                        const double th = (double)list.threshold();
+                        while (xa <= xb && (byz + sq(pcops_grid_axis_gap(&g, 0, q[0], xa, xa))) *
+                                                   PCOPS_GRID_SHRINK > th)
+                            ++xa;
+                        while (xb > xa && (byz + sq(pcops_grid_axis_gap(&g, 0, q[0], xb, xb))) *
+                                                  PCOPS_GRID_SHRINK > th)
+                            --xb;
                     }
-                    const int64_t cell = ((int64_t)cz * dy + cy) * dx + cx;
-                    const int32_t p1 = start[cell + 1];
-                    for (int32_t j = start[cell]; j < p1; ++j) {
-                        const T d = squared_distance(qx, qy, qz, pts[j]);
-                        list.offer(d, p.ids[j]);
+                    if (xa <= xb) scan_run(pts, start[row + xa], start[row + xb + 1], qx, qy, qz, list);
+                } else {
+                    // the row's two end cells, c - r and c + r
+                    for (int32_t cx = c[0] - r; cx <= c[0] + r; cx += 2 * r) {
+                        if (cx < x0 || cx > x1) continue;
+                        if (list.full()) {
+                            const double gx = pcops_grid_axis_gap(&g, 0, q[0], cx, cx);
+                            if ((byz + gx * gx) * PCOPS_GRID_SHRINK > (double)list.threshold())
+                                continue;
+                        }
+                        scan_run(pts, start[row + cx], start[row + cx + 1], qx, qy, qz, list);
                     }
                 }
             }
@@ -674,16 +708,23 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
     }
 }
 
+// Blocks of kThreads an SM should hold for the grid kernel: the registers of 6 for k <= 16
+// (85 a thread), fewer for longer lists.
+template <int K>
+struct GridMinBlocks {
+    static constexpr int value = K >= 1 && K <= 16 ? 6 : 1;
+};
+
 // One thread per query (B * M threads).
 template <typename T, int K>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, GridMinBlocks<K>::value)
 knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __restrict__ pts,
                 T* __restrict__ out_d, int64_t* __restrict__ out_i,
                 const int32_t* __restrict__ order) {
     int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= p.B * p.M) return;
     const int64_t b = t / p.M;
-    t = b * p.M + order[t];  // the queries of a warp are neighbours (order_queries)
+    t = b * p.M + order[t];  // the queries of a warp are neighbours (build_counting)
     const int64_t m = t % p.M;
     const int64_t row = t * p.k;
     const T* q = query + t * 3;
@@ -703,47 +744,35 @@ knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __re
     }
 }
 
-// Cells per cloud of the grid path: about max(2, k / 4) refs per cell (H100, issue-8 rows
-// with the queries in cell order: at k = 16, 4 refs a cell beat 8 by 7-15 % and 16 by 15-25 %;
-// at k = 64, 16 refs a cell beat 32 and 64 by 15-30 %).
+// Cells per cloud of the grid path: about max(2, 7 k / 32) refs per cell (H100, issue-8 rows,
+// queries in cell order, rows scanned as runs: at k = 16, 3 refs a cell were fastest on
+// uniform clouds and 4 on the KITTI scan, 2 and 6 slower; at k = 64, 12 beat 16 by ~10 %).
 double grid_refs_per_cell(int64_t K) {
     if (const char* e = getenv("PCOPS_KNN_GRID_PER_CELL")) {  // experiments only
         const double v = atof(e);
         if (v > 0) return v;
     }
-    return K / 4 > 2 ? (double)(K / 4) : 2.0;
+    const double per = 7.0 * (double)K / 32.0;
+    return per > 2.0 ? per : 2.0;
 }
 
 int64_t grid_cells(int64_t N, int64_t K) {
     return pcops_grid_budget(N, 1.0 / grid_refs_per_cell(K));
 }
 
-// Whether the queries are the refs themselves in a single cloud: the refs' sorted order is
-// then the queries' (no second sort).
-bool self_search(const pcops_knn_cuda_plan& plan, const void* query, const void* ref,
-                 const int64_t* query_lengths, const int64_t* ref_lengths) {
-    return plan.B == 1 && plan.M == plan.N && query == ref && query_lengths == ref_lengths;
-}
-
 template <typename T>
 cudaError_t launch_grid(const pcops_knn_cuda_plan& plan, const T* query, const T* ref,
                         const int64_t* query_lengths, const int64_t* ref_lengths,
                         void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
-    const bool self = self_search(plan, query, ref, query_lengths, ref_lengths);
-    pcops_grid_cuda::Scratch<T> s;
-    pcops_grid_cuda::carve<T>(workspace, plan.B, plan.N, plan.cells, &s, plan.M);
-    cudaError_t err = pcops_grid_cuda::build<T>(ref, ref_lengths, plan.B, plan.N, plan.cells, 0.0,
-                                                s, stream);
+    pcops_grid_cuda::CountScratch<T> s;
+    pcops_grid_cuda::carve_counting<T>(workspace, plan.B, plan.N, plan.M, plan.cells, &s);
+    cudaError_t err = pcops_grid_cuda::build_counting<T>(ref, ref_lengths, query, query_lengths,
+                                                         plan.B, plan.N, plan.M, plan.cells, s,
+                                                         stream);
     if (err != cudaSuccess) return err;
-    const int32_t* order = s.vals_out;
-    if (!self) {
-        err = pcops_grid_cuda::order_queries<T>(query, query_lengths, plan.B, plan.M, plan.cells,
-                                                s, stream);
-        if (err != cudaSuccess) return err;
-        order = s.qvals_out;
-    }
+    const int32_t* order = s.order;
     GridParams p{query_lengths, ref_lengths, plan.B, plan.M, plan.N, plan.cells, (int)plan.K,
-                 s.grids, s.start, s.vals_out};
+                 s.grids, s.start, s.ids};
     const int64_t blocks = (plan.B * plan.M + kThreads - 1) / kThreads;
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
     const unsigned g = (unsigned)blocks;
@@ -785,7 +814,7 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     const int64_t max_reg = 64;
     // the grid's keys b * C + cell are int32
     const int64_t cells = grid_cells(N, K);
-    const bool grid_ok = B * (cells + 1) < INT_MAX && B * N < INT_MAX && B * M < INT_MAX;
+    const bool grid_ok = 2 * B * cells + 1 < INT_MAX && B * N + B * M < INT_MAX;
     // AUTO, from the H100 (BENCHMARKS.md, issue-8 rows): the grid from N = 2048 up for k <= 64
     // (at N = 4096, k = 64 it is 3.7x faster than the brute force since the queries run in
     // cell order); the brute force below (at N = 1024, k = 32 it is ~10 % faster).
@@ -803,8 +832,8 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
         plan->cells = cells;
         plan->workspace_bytes =
             dtype == PCOPS_FLOAT32
-                ? pcops_grid_cuda::carve<float>(nullptr, B, N, cells, nullptr, M)
-                : pcops_grid_cuda::carve<double>(nullptr, B, N, cells, nullptr, M);
+                ? pcops_grid_cuda::carve_counting<float>(nullptr, B, N, M, cells, nullptr)
+                : pcops_grid_cuda::carve_counting<double>(nullptr, B, N, M, cells, nullptr);
     } else if (variant == PCOPS_SEARCH_BRUTE) {
         plan->splits = choose_splits(B, M, N, K, info.sms);
         if (plan->splits > 1)
