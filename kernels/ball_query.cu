@@ -30,6 +30,7 @@
  */
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common.h"
 #include "grid.h"
@@ -182,70 +183,135 @@ struct BallGridParams {
     const pcops_grid* grids;
     const int32_t* start;
     const int32_t* ids;
+    const int32_t* order;  // [B * M] the query index of each sorted slot of its cloud
 };
 
-// One thread per query (B * M threads).
-template <typename T>
+// The S smallest indices found so far, ascending, in registers (S <= K; the first K - S slots
+// hold -1 and never move; empty slots INT_MAX).
+template <int K>
+struct IndexList {
+    int32_t v[K];
+    __device__ __forceinline__ void init(int64_t S) {
+#pragma unroll
+        for (int s = 0; s < K; ++s) v[s] = s < K - S ? -1 : INT_MAX;
+    }
+    __device__ __forceinline__ int64_t top() const { return v[K - 1] == INT_MAX ? LLONG_MAX : v[K - 1]; }
+    __device__ __forceinline__ void offer(int32_t n) {  // n < v[K - 1], not in the list
+#pragma unroll
+        for (int s = K - 1; s > 0; --s) {
+            const bool shift = v[s - 1] > n;
+            const bool here = v[s] > n;
+            v[s] = shift ? v[s - 1] : (here ? n : v[s]);
+        }
+        v[0] = v[0] > n ? n : v[0];
+    }
+};
+
+// The output row's max-heap (any S).
+struct HeapIndexList {
+    int64_t* out;
+    int64_t S, found, topv;
+    __device__ __forceinline__ int64_t top() const { return topv; }
+    __device__ __forceinline__ void offer(int64_t n) {
+        if (found < S) {  // push
+            int64_t i = found;
+            while (i > 0) {
+                const int64_t par = (i - 1) / 2;
+                const int64_t hp = out[par];
+                if (hp >= n) break;
+                out[i] = hp;
+                i = par;
+            }
+            out[i] = n;
+            if (++found == S) topv = out[0];
+        } else {
+            index_heap_sift_down(out, S, 0, n);
+            topv = out[0];
+        }
+    }
+};
+
+// Visits the cells overlapping the ball of query q and offers its in-range refs to the list;
+// a cell's refs are in index order, so a cell is left at the first index above the list's top.
+template <typename T, typename List>
+__device__ __forceinline__ void ball_walk(const BallGridParams& p, int64_t b, const pcops_grid& g,
+                                          const Point4<T>* __restrict__ pts, T qx, T qy, T qz,
+                                          T r2, List& list) {
+    const double q[3] = {qx, qy, qz};
+    const double reach = sqrt((double)r2 / PCOPS_GRID_SHRINK) + g.margin;
+    int32_t c0[3], c1[3];
+    for (int a = 0; a < 3; ++a) {
+        c0[a] = pcops_grid_coord(&g, a, q[a] - reach);
+        c1[a] = pcops_grid_coord(&g, a, q[a] + reach);
+    }
+    const int32_t* start = p.start + b * p.C;
+    for (int32_t cz = c0[2]; cz <= c1[2]; ++cz)
+        for (int32_t cy = c0[1]; cy <= c1[1]; ++cy)
+            for (int32_t cx = c0[0]; cx <= c1[0]; ++cx) {
+                if (pcops_grid_cell_bound(&g, q, cx, cy, cz) >= (double)r2) continue;
+                const int64_t cell = ((int64_t)cz * g.dims[1] + cy) * g.dims[0] + cx;
+                const int32_t j1 = start[cell + 1];
+                for (int32_t j = start[cell]; j < j1; ++j) {
+                    const int32_t n = p.ids[j];
+                    if ((int64_t)n > list.top()) break;  // the rest of the cell is larger
+                    if (grid_dist2(qx, qy, qz, pts[j]) < r2) list.offer(n);
+                }
+            }
+}
+
+// One thread per query (B * M threads), the queries in cell order; K > 0: S <= K, the list in
+// registers; K = 0: a heap in the output row.
+template <typename T, int K>
 __global__ void __launch_bounds__(kThreads)
 ball_query_grid_kernel(const T* __restrict__ query, BallGridParams p,
                        const Point4<T>* __restrict__ pts, T r2, int64_t* __restrict__ idx,
                        int64_t* __restrict__ count) {
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= p.B * p.M) return;
-    const int64_t b = t / p.M, m = t % p.M;
+    const int64_t b = t / p.M;
+    t = b * p.M + p.order[t];
+    const int64_t m = t % p.M;
     int64_t* out = idx + t * p.S;
     const int64_t S = p.S;
     int64_t found = 0;
     const T qx = query[3 * t], qy = query[3 * t + 1], qz = query[3 * t + 2];
     const pcops_grid g = p.grids[b];
-    if (m < pcops_valid_length(p.query_lengths, b, p.M) && g.cells > 0 &&
-        pcops_grid_finite3(qx, qy, qz) && r2 > T(0)) {
-        const double q[3] = {qx, qy, qz};
-        const double reach = sqrt((double)r2 / PCOPS_GRID_SHRINK) + g.margin;
-        int32_t c0[3], c1[3];
-        for (int a = 0; a < 3; ++a) {
-            c0[a] = pcops_grid_coord(&g, a, q[a] - reach);
-            c1[a] = pcops_grid_coord(&g, a, q[a] + reach);
+    const bool active = m < pcops_valid_length(p.query_lengths, b, p.M) && g.cells > 0 &&
+                        pcops_grid_finite3(qx, qy, qz) && r2 > T(0);
+    if constexpr (K > 0) {
+        IndexList<K> list;
+        list.init(S);
+        if (active) ball_walk<T>(p, b, g, pts, qx, qy, qz, r2, list);
+        int64_t first = -1;
+#pragma unroll
+        for (int s = 0; s < K; ++s) {
+            if (s >= K - S && list.v[s] != INT_MAX) {
+                out[s - (K - S)] = list.v[s];
+                if (found == 0) first = list.v[s];
+                ++found;
+            }
         }
-        const int32_t* start = p.start + b * p.C;
-        int64_t top = LLONG_MAX;
-        for (int32_t cz = c0[2]; cz <= c1[2]; ++cz)
-            for (int32_t cy = c0[1]; cy <= c1[1]; ++cy)
-                for (int32_t cx = c0[0]; cx <= c1[0]; ++cx) {
-                    if (pcops_grid_cell_bound(&g, q, cx, cy, cz) >= (double)r2) continue;
-                    const int64_t cell = ((int64_t)cz * g.dims[1] + cy) * g.dims[0] + cx;
-                    const int32_t j1 = start[cell + 1];
-                    for (int32_t j = start[cell]; j < j1; ++j) {
-                        const int64_t n = p.ids[j];
-                        if (n > top) break;  // the rest of the cell has larger indices
-                        if (!(grid_dist2(qx, qy, qz, pts[j]) < r2)) continue;
-                        if (found < S) {  // push
-                            int64_t i = found;
-                            while (i > 0) {
-                                const int64_t par = (i - 1) / 2;
-                                const int64_t hp = out[par];
-                                if (hp >= n) break;
-                                out[i] = hp;
-                                i = par;
-                            }
-                            out[i] = n;
-                            if (++found == S) top = out[0];
-                        } else {
-                            index_heap_sift_down(out, S, 0, n);
-                            top = out[0];
-                        }
-                    }
-                }
+        for (int64_t s = found; s < S; ++s) out[s] = first;
+    } else {
+        HeapIndexList list{out, S, 0, LLONG_MAX};
+        if (active) ball_walk<T>(p, b, g, pts, qx, qy, qz, r2, list);
+        found = list.found;
         for (int64_t end = found - 1; end > 0; --end) {  // heapsort: ascending
             const int64_t n = out[end];
             out[end] = out[0];
             index_heap_sift_down(out, end, 0, n);
         }
+        const int64_t fill = found > 0 ? out[0] : -1;
+        for (int64_t s = found; s < S; ++s) out[s] = fill;
     }
-    const int64_t fill = found > 0 ? out[0] : -1;
-    for (int64_t s = found; s < S; ++s) out[s] = fill;
     count[t] = found;
 }
+
+// The cell edge of the ball-query grid: at least a third of the radius (H100, Q3 = 1e6 refs,
+// r = 0.05, ~125 refs a radius cube: 5.2 ms with cells of r, 4.5 with r / 2, 4.1 with r / 3;
+// a ball then overlaps ~230 small cells instead of ~27 large ones, and the scan of a cell
+// stops at the first index above the list's largest).
+double ball_min_cell(double radius2) { return sqrt(radius2) / 3.0; }
 
 template <typename T>
 cudaError_t launch_ball_query_grid(const pcops_ball_query_cuda_plan& plan, const T* query,
@@ -253,16 +319,33 @@ cudaError_t launch_ball_query_grid(const pcops_ball_query_cuda_plan& plan, const
                                    const int64_t* ref_lengths, void* workspace, int64_t* idx,
                                    int64_t* count, cudaStream_t stream) {
     pcops_grid_cuda::Scratch<T> s;
-    pcops_grid_cuda::carve<T>(workspace, plan.B, plan.N, plan.cells, &s);
+    const size_t grid_bytes = pcops_grid_cuda::carve<T>(workspace, plan.B, plan.N, plan.cells, &s);
+    pcops_grid_cuda::CountScratch<T> o;
+    pcops_grid_cuda::carve_counting<T>(static_cast<char*>(workspace) + grid_bytes, plan.B, 0,
+                                       plan.M, plan.cells, &o);
     cudaError_t err = pcops_grid_cuda::build<T>(ref, ref_lengths, plan.B, plan.N, plan.cells,
-                                                sqrt(plan.radius2), s, stream);
+                                                ball_min_cell(plan.radius2), s, stream);
+    if (err != cudaSuccess) return err;
+    err = pcops_grid_cuda::order_queries<T>(query, query_lengths, plan.B, plan.M, plan.cells,
+                                            s.grids, o, stream);
     if (err != cudaSuccess) return err;
     BallGridParams p{query_lengths, plan.B, plan.M, plan.cells, plan.S, s.grids, s.start,
-                     s.vals_out};
+                     s.vals_out, o.order};
     const int64_t blocks = (plan.B * plan.M + kThreads - 1) / kThreads;
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
-    ball_query_grid_kernel<T><<<(unsigned)blocks, kThreads, 0, stream>>>(
-        query, p, s.pts, (T)plan.radius2, idx, count);
+    const unsigned g = (unsigned)blocks;
+    const int64_t S = plan.S;
+    const T r2 = (T)plan.radius2;
+    if (S <= 8)
+        ball_query_grid_kernel<T, 8><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+    else if (S <= 16)
+        ball_query_grid_kernel<T, 16><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+    else if (S <= 32)
+        ball_query_grid_kernel<T, 32><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+    else if (S <= 64)
+        ball_query_grid_kernel<T, 64><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+    else
+        ball_query_grid_kernel<T, 0><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
     return cudaGetLastError();
 }
 
@@ -283,7 +366,7 @@ extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_
     plan->S = S;
     plan->radius2 = radius2;
     const int64_t cells = pcops_grid_budget(N, 1.0);
-    const bool grid_ok = B * (cells + 1) < INT_MAX && B * N < INT_MAX && N < INT_MAX;
+    const bool grid_ok = 2 * B * cells + 1 < INT_MAX && B * N < INT_MAX && B * M < INT_MAX;
     // AUTO, from one H100 run (BENCHMARKS.md): the warp-per-query brute force with its early
     // exit won at N = 1024 and 4096, the grid at N = 1e6; the grid from N = 32768 up.
     if (variant == PCOPS_SEARCH_AUTO) variant = N >= 32768 ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
@@ -291,9 +374,13 @@ extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_
     plan->variant = variant;
     if (variant == PCOPS_SEARCH_GRID && B > 0 && M > 0) {
         plan->cells = cells;
-        plan->workspace_bytes = dtype == PCOPS_FLOAT32
-                                    ? pcops_grid_cuda::carve<float>(nullptr, B, N, cells, nullptr)
-                                    : pcops_grid_cuda::carve<double>(nullptr, B, N, cells, nullptr);
+        // the stable grid of the refs, then the counting sort of the queries (no refs)
+        plan->workspace_bytes =
+            dtype == PCOPS_FLOAT32
+                ? pcops_grid_cuda::carve<float>(nullptr, B, N, cells, nullptr) +
+                      pcops_grid_cuda::carve_counting<float>(nullptr, B, 0, M, cells, nullptr)
+                : pcops_grid_cuda::carve<double>(nullptr, B, N, cells, nullptr) +
+                      pcops_grid_cuda::carve_counting<double>(nullptr, B, 0, M, cells, nullptr);
     }
     return cudaSuccess;
 }

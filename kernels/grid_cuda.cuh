@@ -429,5 +429,30 @@ cudaError_t build_counting(const T* ref, const int64_t* ref_lengths, const T* qu
     return cudaGetLastError();
 }
 
+// The query order alone (ball query: its refs come from the stable build()): the query slots
+// of every cloud by their cell in `grids`, with the counting-sort scratch of N = 0 refs
+// (carve_counting(base, B, 0, M, C)). After build().
+template <typename T>
+cudaError_t order_queries(const T* query, const int64_t* query_lengths, int64_t B, int64_t M,
+                          int64_t C, const pcops_grid* grids, const CountScratch<T>& s,
+                          cudaStream_t stream) {
+    const int64_t keys = 2 * B * C + 1, items = B * M;
+    cudaError_t err = cudaMemsetAsync(s.counts, 0, (size_t)keys * 4, stream);
+    if (err != cudaSuccess || items == 0) return err;
+    constexpr int kThreads = 256;
+    const unsigned blocks = (unsigned)((items + kThreads - 1) / kThreads);
+    count_kernel<T><<<blocks, kThreads, 0, stream>>>((const T*)nullptr, nullptr, query,
+                                                     query_lengths, B, 0, M, C, grids, s.counts,
+                                                     s.keys, s.rank);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    size_t temp = s.scan_temp_bytes;
+    err = cub::DeviceScan::ExclusiveSum(s.scan_temp, temp, s.counts, s.start, (int)keys, stream);
+    if (err != cudaSuccess) return err;
+    scatter_kernel<T><<<blocks, kThreads, 0, stream>>>((const T*)nullptr, B, 0, M, C, s.keys,
+                                                       s.rank, s.start, s.pts, s.ids, s.order);
+    return cudaGetLastError();
+}
+
 }  // namespace
 }  // namespace pcops_grid_cuda
