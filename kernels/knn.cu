@@ -28,10 +28,14 @@
  *    fits (interleaved by thread), else in the thread's own output rows in global memory;
  *    sorted in place (heapsort) at the end. Slower, correct. The heaps are kernels/geometry.h's
  *    (pcops_heap_*, with a stride for the interleaving), the ones the CPU uses.
- *  - the grid path (knn_grid_kernel, kernels/grid.h, grid_cuda.cuh): the refs of every cloud
- *    binned into a uniform grid on the device; one thread per query visits the cells in rings
- *    of growing distance and keeps the best keys (full (dist2, idx) compares: cells come in
- *    any index order) in the same register list, or (k > 64) a heap in its output rows.
+ *  - the grid path (knn_grid_kernel, kernels/grid.h, grid_cuda.cuh): the refs AND the queries
+ *    of every cloud binned into a uniform grid on the device by one counting sort
+ *    (build_counting: box, count, scan, scatter); one thread per query, the threads in the
+ *    queries' cell order (a warp's queries are neighbours: they walk nearly the same cells),
+ *    visits the cells in rings of growing distance, a row of new cells as one run of sorted
+ *    refs, and keeps the best keys (full (dist2, idx) compares: refs come in any index order)
+ *    in a register list (float32: (dist2, idx) packed in one 64-bit key), or (k > 64) a heap
+ *    in its output rows.
  * Every path returns the same result. The path is chosen once per call by a plan
  * (pcops_knn_cuda_plan_make: sizes, device, the caller's forced variant), which also sizes
  * the workspace; the launcher only follows it.
