@@ -748,16 +748,17 @@ knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __re
     }
 }
 
-// Cells per cloud of the grid path: about max(2, 7 k / 32) refs per cell (H100, issue-8 rows,
-// queries in cell order, rows scanned as runs: at k = 16, 3 refs a cell were fastest on
-// uniform clouds and 4 on the KITTI scan, 2 and 6 slower; at k = 64, 12 beat 16 by ~10 %).
+// Cells per cloud of the grid path: about max(3.5, k / 8) refs per cell (H100, issue-8 rows,
+// queries in cell order, rows scanned as runs: at k = 8, 16 and 32, 3.5 refs a cell were
+// within noise of 3 and 4 and 10-15 % ahead of 2 and 5-7; at k = 64, 6-10 were 10-25 % ahead
+// of 12-16).
 double grid_refs_per_cell(int64_t K) {
     if (const char* e = getenv("PCOPS_KNN_GRID_PER_CELL")) {  // experiments only
         const double v = atof(e);
         if (v > 0) return v;
     }
-    const double per = 7.0 * (double)K / 32.0;
-    return per > 2.0 ? per : 2.0;
+    const double per = (double)K / 8.0;
+    return per > 3.5 ? per : 3.5;
 }
 
 int64_t grid_cells(int64_t N, int64_t K) {
@@ -819,11 +820,11 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     // the grid's keys b * C + cell are int32
     const int64_t cells = grid_cells(N, K);
     const bool grid_ok = 2 * B * cells + 1 < INT_MAX && B * N + B * M < INT_MAX;
-    // AUTO, from the H100 (BENCHMARKS.md, issue-8 rows): the grid from N = 2048 up for k <= 64
-    // (at N = 4096, k = 64 it is 3.7x faster than the brute force since the queries run in
-    // cell order); the brute force below (at N = 1024, k = 32 it is ~10 % faster).
+    // AUTO, from the H100 (BENCHMARKS.md, issue-8 rows): the grid from N = 1024 up for k <= 64
+    // and N >= 8 k (N = 1024, k = 32: 0.17 ms against the brute force's 0.30; N = 4096,
+    // k = 64: 0.93 against 4.7); the brute force below and for k > 64.
     if (variant == PCOPS_SEARCH_AUTO)
-        variant = K <= max_reg && 8 * K <= N && N >= 2048 ? PCOPS_SEARCH_GRID
+        variant = K <= max_reg && 8 * K <= N && N >= 1024 ? PCOPS_SEARCH_GRID
                                                           : PCOPS_SEARCH_BRUTE;
     if (variant == PCOPS_SEARCH_GRID && !grid_ok) variant = PCOPS_SEARCH_BRUTE;
     if (variant == PCOPS_SEARCH_BRUTE && K > max_reg) variant = PCOPS_SEARCH_BRUTE_HEAP;
