@@ -22,11 +22,13 @@
  * exact to 32 refs.
  *
  * The grid path (ball_query_grid_kernel; kernels/grid.h, grid_cuda.cuh): the refs of each cloud
- * binned into a uniform grid of cells of at least the radius on the device; one thread per
- * query visits the cells overlapping its ball and keeps the S smallest in-range indices in a
- * max-heap in its output row (the refs of a cell are in index order, so a cell is left as
- * soon as its indices pass the largest of a full heap), sorted at the end: the same first S
- * in index order. The path is chosen by a plan (pcops_ball_query_cuda_plan_make).
+ * binned into a uniform grid of cells of at least a third of the radius on the device (a
+ * stable sort: index order inside a cell), the queries in cell order (a counting sort); one
+ * thread per query visits the cells overlapping its ball and keeps the S smallest in-range
+ * indices, in a sorted register list for S <= 64, else in a max-heap in its output row sorted
+ * at the end (the refs of a cell are in index order, so a cell is left as soon as its indices
+ * pass the largest kept one): the same first S in index order. The path is chosen by a plan
+ * (pcops_ball_query_cuda_plan_make).
  */
 #include <climits>
 #include <cstdint>
