@@ -171,48 +171,26 @@ PCOPS_HD double pcops_grid_cell_bound(const pcops_grid* g, const double q[3], in
     return (gx * gx + gy * gy + gz * gz) * PCOPS_GRID_SHRINK;
 }
 
-/* A lower bound on the squared distance from q to any ref outside the box of cells
- * [lo, hi] (per axis; bounds past the grid are clipped), or +inf when that box is the whole
- * grid. An unvisited ref lies beyond one of the box's faces that has cells behind it; its
- * distance is at least the gap to that face. */
-PCOPS_HD double pcops_grid_box_bound(const pcops_grid* g, const double q[3], const int32_t lo[3],
-                                     const int32_t hi[3]) {
+/* A lower bound on the squared distance from q to any ref outside the block of cells
+ * [c - r, c + r] (clipped to the grid) around the query's cell c, or +inf when that block is
+ * the whole grid. An unvisited ref lies beyond one of the block's faces that has cells behind
+ * it; its distance is at least the gap to that face. */
+PCOPS_HD double pcops_grid_ring_bound(const pcops_grid* g, const double q[3], const int32_t c[3],
+                                      int32_t r) {
     double best = INFINITY;
     for (int a = 0; a < 3; ++a) {
-        if (lo[a] > 0) {
-            double gap = q[a] - (g->lo[a] + (double)lo[a] * g->h[a]) - g->margin;
+        if (c[a] - r > 0) {
+            double gap = q[a] - (g->lo[a] + (double)(c[a] - r) * g->h[a]) - g->margin;
             gap = gap > 0.0 ? gap : 0.0;
             best = gap < best ? gap : best;
         }
-        if (hi[a] < g->dims[a] - 1) {
-            double gap = (g->lo[a] + (double)(hi[a] + 1) * g->h[a]) - q[a] - g->margin;
+        if (c[a] + r < g->dims[a] - 1) {
+            double gap = (g->lo[a] + (double)(c[a] + r + 1) * g->h[a]) - q[a] - g->margin;
             gap = gap > 0.0 ? gap : 0.0;
             best = gap < best ? gap : best;
         }
     }
     return best == INFINITY ? INFINITY : best * best * PCOPS_GRID_SHRINK;
-}
-
-/* The same bound for the block of cells [c - r, c + r] around the query's cell c. */
-PCOPS_HD double pcops_grid_ring_bound(const pcops_grid* g, const double q[3], const int32_t c[3],
-                                      int32_t r) {
-    const int32_t lo[3] = {c[0] - r, c[1] - r, c[2] - r};
-    const int32_t hi[3] = {c[0] + r, c[1] + r, c[2] + r};
-    return pcops_grid_box_bound(g, q, lo, hi);
-}
-
-/* Gap along axis a between the coordinate interval [qlo, qhi] and the slab of cells [c0, c1]
- * of that axis (0 where they overlap), shrunk by the margin: a lower bound on the axis gap of
- * every query in the interval (pcops_grid_axis_gap). */
-PCOPS_HD double pcops_grid_interval_gap(const pcops_grid* g, int a, double qlo, double qhi,
-                                        int32_t c0, int32_t c1) {
-    double gap = 0.0;
-    const double face0 = g->lo[a] + (double)c0 * g->h[a];
-    const double face1 = g->lo[a] + (double)(c1 + 1) * g->h[a];
-    if (qhi < face0) gap = face0 - qhi;
-    if (qlo > face1) gap = qlo - face1;
-    gap -= g->margin;
-    return gap > 0.0 ? gap : 0.0;
 }
 
 /* Largest ring around cell c that still holds cells of the grid. */

@@ -52,6 +52,18 @@ struct Scratch {
 
 inline size_t align_up(size_t b) { return (b + 255) / 256 * 256; }
 
+// Lays n parts of the given byte sizes out from `base` (nullptr: only counts), each aligned:
+// ptr[i] = the start of part i. Returns the bytes used.
+inline size_t lay_out(void* base, const size_t* parts, int n, void** ptr) {
+    char* p = static_cast<char*>(base);
+    size_t off = 0;
+    for (int i = 0; i < n; ++i) {
+        ptr[i] = p ? p + off : nullptr;
+        off += align_up(parts[i]);
+    }
+    return off;
+}
+
 inline int key_bits(int64_t keys) {  // bits of the largest key B * C
     int bits = 1;
     while (bits < 31 && ((int64_t)1 << bits) <= keys) ++bits;
@@ -77,13 +89,8 @@ size_t carve(void* base, int64_t B, int64_t N, int64_t C, Scratch<T>* s) {
                              (size_t)(B * C + 1) * 4, (size_t)items * 4, (size_t)items * 4,
                              (size_t)items * 4, (size_t)items * 4,
                              (size_t)items * sizeof(Point4<T>), temp};
-    char* p = static_cast<char*>(base);
-    size_t off = 0;
     void* ptr[9];
-    for (int i = 0; i < 9; ++i) {
-        ptr[i] = p ? p + off : nullptr;
-        off += align_up(parts[i]);
-    }
+    const size_t off = lay_out(base, parts, 9, ptr);
     if (s) {
         s->grids = (pcops_grid*)ptr[0];
         s->box = (unsigned long long*)ptr[1];
@@ -305,13 +312,8 @@ size_t carve_counting(void* base, int64_t B, int64_t N, int64_t M, int64_t C,
                               (size_t)keys * 4, (size_t)keys * 4, (size_t)items * 4,
                               (size_t)items * 4, (size_t)(B * N) * 4, (size_t)(B * M) * 4,
                               (size_t)(B * N) * sizeof(Point4<T>), temp};
-    char* p = static_cast<char*>(base);
-    size_t off = 0;
     void* ptr[10];
-    for (int i = 0; i < 10; ++i) {
-        ptr[i] = p ? p + off : nullptr;
-        off += align_up(parts[i]);
-    }
+    const size_t off = lay_out(base, parts, 10, ptr);
     if (s) {
         s->grids = (pcops_grid*)ptr[0];
         s->box = (unsigned long long*)ptr[1];

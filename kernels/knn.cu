@@ -753,10 +753,6 @@ knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __re
 // within noise of 3 and 4 and 10-15 % ahead of 2 and 5-7; at k = 64, 6-10 were 10-25 % ahead
 // of 12-16).
 double grid_refs_per_cell(int64_t K) {
-    if (const char* e = getenv("PCOPS_KNN_GRID_PER_CELL")) {  // experiments only
-        const double v = atof(e);
-        if (v > 0) return v;
-    }
     const double per = (double)K / 8.0;
     return per > 3.5 ? per : 3.5;
 }
