@@ -886,6 +886,411 @@ fps_bucket_groups_kernel(const float* __restrict__ xyz, const int64_t* __restric
 }
 
 // ------------------------------------------------------------------------------------------
+// BUCKET_ROUNDS (float): the buckets of BUCKET_GROUPS, several samples a round. FPS's temps
+// are nearly level late in a run: many buckets hold a candidate close to the farthest, and
+// most of those lie far apart, so the next samples can be read off the buckets' farthest
+// points without a pass between them. A round:
+//   X. every bucket whose farthest temp is >= theta (kept in a list during the last round;
+//      theta = rho * the last sample's temp, rho adapted so the list holds a few to 32) is a
+//      candidate, sorted by (temp, index): c_0 > c_1 > ... > c_{n-1}. Every bucket the
+//      candidates can change is flagged (group and bucket boxes as in BUCKET_GROUPS, behind a
+//      box per warp; a warp's lanes hold consecutive groups) with the candidates' bits; the
+//      farthest temp of each candidate's own bucket after that candidate alone is computed
+//      (newkey_a), and the candidates are sorted.
+//   Y. c_0 .. c_{J-1} are the next J samples, exactly, where J is the first rank r at which
+//      (a) an earlier candidate lowers c_r's temp (!(d2(c_r, c_i) < temp(c_r)) fails), or
+//      (b) an earlier candidate's own bucket keeps a temp >= c_r after it was chosen
+//          (newkey_i > c_r).
+//      Why: with c_0 .. c_{r-1} chosen, c_r's temp is unchanged by (a); every point of a
+//      bucket outside the list is below theta <= c_r; of a listed bucket of a later rank below
+//      its farthest < c_r; of c_r's bucket below c_r; of an earlier candidate i's bucket at
+//      most its temp after c_i alone (more samples only lower it), < c_r by (b). So c_r is
+//      the farthest point, as the one-sample step would find. The flagged buckets are then
+//      updated with every chosen candidate that flagged them (min is order-free), their
+//      farthest points re-found, and the list for the next round is built.
+// When the list is empty or overflows, the round takes the farthest point alone (the warps'
+// farthest, published every round), as a BUCKET_GROUPS step does. Two block barriers a round;
+// on the KITTI scan (16 384 of 115 384) about 15 samples a round (float32 replay).
+
+constexpr int kRoundCap = 32;  // candidates a round: a lane each
+
+struct alignas(16) RoundCand {
+    float4 at;   // coordinates and temp of the bucket's farthest point
+    int index;   // that point's index in the cloud
+    int bucket;  // its bucket (-1: the start sample)
+    int pad[2];
+};
+
+// (temp, index) as one integer whose order is farther()'s: the order-preserving bits of the
+// temp, then the complement of the index (ties to the lower index).
+__device__ __forceinline__ uint64_t round_key(float v, int index) {
+    const uint32_t u = __float_as_uint(v);
+    const uint32_t o = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((uint64_t)o << 32) | (uint32_t)(~(uint32_t)index);
+}
+
+// Warp max / or of 32-bit words (redux on sm_80+, shuffles before).
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);
+#else
+    for (int off = 16; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+#endif
+}
+__device__ __forceinline__ uint32_t warp_or_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_or_sync(0xffffffffu, v);
+#else
+    for (int off = 16; off > 0; off /= 2) v |= __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+#endif
+}
+
+__device__ __forceinline__ float box_dist2(float lx, float ly, float lz, float hx, float hy,
+                                           float hz, float cx, float cy, float cz) {
+    return fps_dist2(fminf(fmaxf(cx, lx), hx), fminf(fmaxf(cy, ly), hy),
+                     fminf(fmaxf(cz, lz), hz), cx, cy, cz);
+}
+
+// The box rule of the bucket paths: a box at squared distance m from c keeps every temp when
+// m >= its largest temp (see fps_bucket_kernel); a box that holds c (m == 0) is always flagged.
+__device__ __forceinline__ bool box_flags(float m, float largest) {
+    return !(m >= largest) || m == 0.f;
+}
+
+template <int G, int PPL>
+__global__ void __launch_bounds__(512)
+fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restrict__ lengths,
+                         const int64_t* __restrict__ start, int64_t N, int64_t npoint,
+                         const BucketPoint<float>* __restrict__ sorted,
+                         float* __restrict__ temp_ws, int64_t* __restrict__ idx,
+                         float* __restrict__ dist2) {
+    constexpr int S = 32 * PPL;  // points per bucket
+    constexpr int U = PPL >= 4 || G >= 8 ? 1 : 4 / PPL;  // buckets a warp loads at once
+    extern __shared__ __align__(16) unsigned char fps_smem[];
+    __shared__ RoundCand list[2][kRoundCap];  // the candidates, by round parity
+    __shared__ RoundCand wbest[2][16];        // each warp's farthest, by round parity
+    __shared__ int list_count[2], entry_count[2];
+    __shared__ uint64_t newkey[kRoundCap];    // by list position
+    __shared__ int order[kRoundCap];          // list position of each rank
+    __shared__ unsigned bad_pos[2];           // candidates whose temp a farther one lowers
+                                              // (bits by list position), by round parity
+    const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t b = blockIdx.x;
+    const CloudRow<float> row(xyz, lengths, b, N, npoint, idx, dist2);
+    const BucketPoint<float>* pts = sorted + b * N;
+    float* temp = temp_ws + b * N;
+    pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
+    if (row.n_out == 0) return;
+    const int buckets = (row.L + S - 1) / S;
+    const int groups = (buckets + G - 1) / G;
+    // per bucket: its farthest point (x, y, z, temp), the flagged list (bucket, candidate
+    // bits) of a round, and the farthest point's index
+    float4* s_at = reinterpret_cast<float4*>(fps_smem);
+    int2* entries = reinterpret_cast<int2*>(s_at + buckets);
+    int* s_index = reinterpret_cast<int*>(entries + buckets);
+
+    for (int p = threadIdx.x; p < row.L; p += blockDim.x) temp[p] = INFINITY;
+    if (threadIdx.x < 2)
+        list_count[threadIdx.x] = 0, entry_count[threadIdx.x] = 0, bad_pos[threadIdx.x] = 0;
+    const int g = w * 32 + lane;  // a warp's lanes hold consecutive groups
+    const int k0 = g * G;
+    Bucket<float> bk[G];
+    float glx = INFINITY, gly = INFINITY, glz = INFINITY;
+    float ghx = -INFINITY, ghy = -INFINITY, ghz = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+        const int k = k0 + s;
+        Bucket<float>& u = bk[s];
+        bucket_clear(u);
+        if (g >= groups || k >= buckets) continue;
+        float4 at = make_float4(0.f, 0.f, 0.f, INFINITY);
+        bucket_set(u, pts, k * S, min(row.L, (k + 1) * S), at.x, at.y, at.z);
+        s_at[k] = at;
+        s_index[k] = u.best.index;
+        glx = fminf(glx, u.lx), gly = fminf(gly, u.ly), glz = fminf(glz, u.lz);
+        ghx = fmaxf(ghx, u.hx), ghy = fmaxf(ghy, u.hy), ghz = fmaxf(ghz, u.hz);
+    }
+    // the warp's box: the union of its groups' (fmin / fmax skip the empty lanes' +-inf)
+    float wlx = glx, wly = gly, wlz = glz, whx = ghx, why = ghy, whz = ghz;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        wlx = fminf(wlx, __shfl_xor_sync(0xffffffffu, wlx, off));
+        wly = fminf(wly, __shfl_xor_sync(0xffffffffu, wly, off));
+        wlz = fminf(wlz, __shfl_xor_sync(0xffffffffu, wlz, off));
+        whx = fmaxf(whx, __shfl_xor_sync(0xffffffffu, whx, off));
+        why = fmaxf(why, __shfl_xor_sync(0xffffffffu, why, off));
+        whz = fmaxf(whz, __shfl_xor_sync(0xffffffffu, whz, off));
+    }
+    int gbest_k;
+    Candidate<float> gbest = farthest_kept<G>(bk, 0u, k0, gbest_k);
+    __syncthreads();  // the temps, the buckets' candidates and the counts are set
+
+    const int first = start ? (int)pcops_positive_mod(start[b], row.L) : 0;
+    RoundCand single;  // the one candidate of a round without a list (uniform)
+    load_point(row.cloud, first, single.at.x, single.at.y, single.at.z);
+    single.at.w = 0.f;
+    single.index = first;
+    single.bucket = -1;
+    if (threadIdx.x == 0) {
+        row.idx[0] = first;
+        row.dist2[0] = 0.f;
+    }
+    int64_t j = 0;         // samples written
+    float rho = 0.9f;      // theta = rho * the last sample's temp
+    unsigned flagged = 0;  // this lane's buckets flagged by the last round
+    for (int round = 0; j < row.n_out; ++round) {
+        const int par = round & 1;
+        // ---------------------------------------------------------------- X
+        if (flagged) {  // their candidates, written by the warps that updated them
+#pragma unroll
+            for (int s = 0; s < G; ++s)
+                if (flagged & (1u << s)) bk[s].best = {s_at[k0 + s].w, s_index[k0 + s]};
+            gbest = farthest_kept<G>(bk, 0u, k0, gbest_k);
+        }
+        const int n = round == 0 ? 0 : list_count[par];
+        if (threadIdx.x == 0) list_count[par ^ 1] = 0, entry_count[par ^ 1] = 0, bad_pos[par ^ 1] = 0;
+        const bool listed = n >= 1 && n <= kRoundCap && row.n_out - j >= 2;
+        if (round >= 2) {  // aim at a list of 16-32 (the same arithmetic in every thread)
+            if (n > kRoundCap) rho = 1.f - (1.f - rho) * 0.5f;
+            else if (n == 0) rho = fmaxf(0.5f, 1.f - (1.f - rho) * 2.f);
+            else if (n < 16) rho = fmaxf(0.5f, 1.f - (1.f - rho) * 1.25f);
+        }
+        RoundCand c = single;  // lane a: candidate a (bit a of the flags)
+        bool has_c = lane == 0;
+        if (listed) {
+            has_c = lane < n;
+            if (has_c) c = list[par][lane];
+        } else if (round > 0) {  // the farthest of the warps' farthest
+            Candidate<float> wc = no_candidate<float>();
+            if (lane < warps) wc = {wbest[par][lane].at.w, wbest[par][lane].index};
+            single = wbest[par][warp_argmax(wc)];
+            c = single;
+        }
+        // the warp's largest temp (an upper bound for its box: keys only go down)
+        float wmax = g < groups ? gbest.value : -INFINITY;
+        {
+            const uint32_t u = __float_as_uint(wmax);
+            const uint32_t top = warp_max_u32((u & 0x80000000u) ? ~u : (u | 0x80000000u));
+            wmax = __uint_as_float((top & 0x80000000u) ? (top & 0x7fffffffu) : ~top);
+        }
+        const bool hit = has_c && box_flags(box_dist2(wlx, wly, wlz, whx, why, whz, c.at.x,
+                                                      c.at.y, c.at.z), wmax);
+        unsigned bits[G];
+#pragma unroll
+        for (int s = 0; s < G; ++s) bits[s] = 0;
+        for (unsigned h = __ballot_sync(0xffffffffu, hit); h; h &= h - 1) {
+            const int a = __ffs(h) - 1;
+            const float cx = __shfl_sync(0xffffffffu, c.at.x, a);
+            const float cy = __shfl_sync(0xffffffffu, c.at.y, a);
+            const float cz = __shfl_sync(0xffffffffu, c.at.z, a);
+            if (g < groups &&
+                box_flags(box_dist2(glx, gly, glz, ghx, ghy, ghz, cx, cy, cz), gbest.value)) {
+#pragma unroll
+                for (int s = 0; s < G; ++s)
+                    bits[s] |= (unsigned)(k0 + s < buckets &&
+                                          box_flags(bk[s].dist2_to(cx, cy, cz),
+                                                    bk[s].best.value)) << a;
+            }
+        }
+        flagged = 0;
+#pragma unroll
+        for (int s = 0; s < G; ++s) flagged |= (unsigned)(bits[s] != 0) << s;
+        if (flagged) {
+            int at = atomicAdd(&entry_count[par], __popc(flagged));
+#pragma unroll
+            for (int s = 0; s < G; ++s)
+                if (bits[s]) entries[at++] = make_int2(k0 + s, (int)bits[s]);
+        }
+        if (listed) {
+            // candidate a, a warp each: its rank (the candidates farther than it), whether a
+            // farther one lowers its temp, and its own bucket's farthest after it alone
+            const uint64_t my_key = has_c ? round_key(c.at.w, c.index) : 0ull;
+            for (int a0 = w; a0 < n; a0 += warps * U) {
+                int kb[U];
+                BucketPoint<float> q[U][PPL];
+                float t[U][PPL];
+#pragma unroll
+                for (int i = 0; i < U; ++i) {
+                    const int a = a0 + i * warps;
+                    kb[i] = list[par][a < n ? a : 0].bucket;
+#pragma unroll
+                    for (int u = 0; u < PPL; ++u) {
+                        const int p = kb[i] * S + lane + 32 * u;
+                        if (a < n && p < row.L) q[i][u] = pts[p], t[i][u] = temp[p];
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < U; ++i) {
+                    const int a = a0 + i * warps;
+                    if (a >= n) break;
+                    const uint64_t ka = __shfl_sync(0xffffffffu, my_key, a);
+                    const float ax = __shfl_sync(0xffffffffu, c.at.x, a);
+                    const float ay = __shfl_sync(0xffffffffu, c.at.y, a);
+                    const float az = __shfl_sync(0xffffffffu, c.at.z, a);
+                    const float av = __shfl_sync(0xffffffffu, c.at.w, a);
+                    const int ai = __shfl_sync(0xffffffffu, c.index, a);
+                    const bool ahead = has_c && my_key > ka;
+                    const unsigned farther_ones = __ballot_sync(0xffffffffu, ahead);
+                    const unsigned lowering = __ballot_sync(
+                        0xffffffffu, ahead && fps_dist2(c.at.x, c.at.y, c.at.z, ax, ay, az) < av);
+                    Candidate<float> best = no_candidate<float>();
+#pragma unroll
+                    for (int u = 0; u < PPL; ++u) {
+                        const int p = kb[i] * S + lane + 32 * u;
+                        if (p < row.L) {
+                            const float d = fps_dist2(q[i][u].x, q[i][u].y, q[i][u].z, ax, ay, az);
+                            float tu = q[i][u].idx == ai ? -1.f : t[i][u];
+                            tu = d < tu ? d : tu;
+                            const Candidate<float> o = {tu, q[i][u].idx};
+                            if (farther(o, best)) best = o;
+                        }
+                    }
+                    best = warp_farthest(best);
+                    if (lane == 0) {
+                        newkey[a] = round_key(best.value, best.index);
+                        order[__popc(farther_ones)] = a;
+                        if (lowering) atomicOr(&bad_pos[par], 1u << a);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the flagged list, the newkeys, the order
+
+        // ---------------------------------------------------------------- Y
+        int taken = 1;           // samples this round
+        unsigned chosen = 1u;    // their candidate bits
+        float last = single.at.w;
+        if (listed) {
+            const int pos = lane < n ? order[lane] : 0;
+            const RoundCand cr = list[par][pos];  // rank `lane`
+            const uint64_t kr = round_key(cr.at.w, cr.index);
+            uint64_t incl = lane < n ? newkey[pos] : 0ull;  // prefix maximum over the ranks
+#pragma unroll
+            for (int off = 1; off < 32; off <<= 1) {
+                const uint64_t o = __shfl_up_sync(0xffffffffu, incl, off);
+                if (lane >= off && o > incl) incl = o;
+            }
+            uint64_t before = __shfl_up_sync(0xffffffffu, incl, 1);
+            const bool valid =
+                lane < n && (lane == 0 || (!((bad_pos[par] >> pos) & 1u) && before < kr));
+            const unsigned invalid = ~__ballot_sync(0xffffffffu, valid);
+            taken = invalid ? __ffs(invalid) - 1 : 32;
+            if (taken > row.n_out - j) taken = (int)(row.n_out - j);
+            chosen = warp_or_u32(lane < taken ? 1u << pos : 0u);
+            if (w == 0 && lane < taken) {
+                row.idx[j + lane] = cr.index;
+                row.dist2[j + lane] = cr.at.w;
+            }
+            last = __shfl_sync(0xffffffffu, cr.at.w, taken - 1);
+        } else if (round > 0) {
+            if (threadIdx.x == 0) {
+                row.idx[j] = single.index;
+                row.dist2[j] = single.at.w;
+            }
+        } else {
+            last = INFINITY;  // the start: the next round takes the farthest point
+        }
+        j += taken;
+        const float theta = rho * last;
+        const int nx = par ^ 1;
+        // the flagged buckets, a warp each: every chosen candidate that flagged them
+        const int E = entry_count[par];
+        Candidate<float> upd = no_candidate<float>();  // the farthest of this warp's (uniform)
+        int upd_k = -1;
+        for (int e0 = w; e0 < E; e0 += warps * U) {  // U entries at once, loads first
+            int ks[U];
+            unsigned ms[U];
+            BucketPoint<float> q[U][PPL];
+            float t[U][PPL];
+#pragma unroll
+            for (int i = 0; i < U; ++i) {
+                const int e = e0 + i * warps;
+                const int2 en = e < E ? entries[e] : make_int2(-1, 0);
+                ks[i] = en.x;
+                ms[i] = (unsigned)en.y & chosen;
+#pragma unroll
+                for (int u = 0; u < PPL; ++u) {
+                    const int p = ks[i] * S + lane + 32 * u;
+                    if (ms[i] && p < row.L) q[i][u] = pts[p], t[i][u] = temp[p];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < U; ++i) {
+                const int k = ks[i];
+                if (k < 0) break;
+                float4 at;
+                Candidate<float> kc;
+                if (ms[i]) {
+                    Candidate<float> best = no_candidate<float>();
+                    float px = 0.f, py = 0.f, pz = 0.f;
+#pragma unroll
+                    for (int u = 0; u < PPL; ++u) {
+                        const int p = k * S + lane + 32 * u;
+                        if (p < row.L) {
+                            const BucketPoint<float>& qu = q[i][u];
+                            float tu = t[i][u];
+                            for (unsigned m = ms[i]; m; m &= m - 1) {
+                                const float4 ca = listed ? list[par][__ffs(m) - 1].at : single.at;
+                                const int ci = listed ? list[par][__ffs(m) - 1].index : single.index;
+                                const float d = fps_dist2(qu.x, qu.y, qu.z, ca.x, ca.y, ca.z);
+                                tu = qu.idx == ci ? -1.f : tu;
+                                tu = d < tu ? d : tu;
+                            }
+                            temp[p] = tu;
+                            const Candidate<float> o = {tu, qu.idx};
+                            if (farther(o, best)) best = o, px = qu.x, py = qu.y, pz = qu.z;
+                        }
+                    }
+                    const int wl = warp_argmax(best);
+                    at = make_float4(__shfl_sync(0xffffffffu, px, wl),
+                                     __shfl_sync(0xffffffffu, py, wl),
+                                     __shfl_sync(0xffffffffu, pz, wl), best.value);
+                    kc = best;
+                    if (lane == 0) s_at[k] = at, s_index[k] = kc.index;
+                } else {
+                    at = s_at[k];
+                    kc = {at.w, s_index[k]};
+                }
+                if (lane == 0 && at.w >= theta) {  // to the next round's list
+                    const int p = atomicAdd(&list_count[nx], 1);
+                    if (p < kRoundCap) list[nx][p] = {at, kc.index, k, {0, 0}};
+                }
+                if (farther(kc, upd)) upd = kc, upd_k = k;
+            }
+        }
+        // the buckets nobody flagged: this lane's own
+        Candidate<float> own = no_candidate<float>();
+        int own_k = -1;
+#pragma unroll
+        for (int s = 0; s < G; ++s) {
+            const int k = k0 + s;
+            const bool kept = g < groups && k < buckets && !(flagged & (1u << s));
+            const bool want = kept && bk[s].best.value >= theta;
+            const unsigned wants = __ballot_sync(0xffffffffu, want);
+            if (wants) {  // to the next round's list, one atomic a warp
+                const int leader = __ffs(wants) - 1;
+                int p = 0;
+                if (lane == leader) p = atomicAdd(&list_count[nx], __popc(wants));
+                p = __shfl_sync(0xffffffffu, p, leader) + __popc(wants & ((1u << lane) - 1u));
+                if (want && p < kRoundCap) list[nx][p] = {s_at[k], bk[s].best.index, k, {0, 0}};
+            }
+            if (kept && farther(bk[s].best, own)) own = bk[s].best, own_k = k;
+        }
+        own_k = __shfl_sync(0xffffffffu, own_k, warp_argmax(own));
+        if (farther(upd, own)) own = upd, own_k = upd_k;
+        __syncwarp();  // this warp's s_at writes are visible to lane 0
+        if (lane == 0) {
+            float4 at = own_k >= 0 ? s_at[own_k] : make_float4(0.f, 0.f, 0.f, 0.f);
+            at.w = own.value;
+            wbest[nx][w] = {at, own.index, own_k, {0, 0}};
+        }
+        __syncthreads();  // the next round's list, the warps' farthest, the updated buckets
+    }
+}
+
+// ------------------------------------------------------------------------------------------
 // launch plans
 
 // The register slot counts a plan may use: 2, 4, 8, 16 for float, 2, 4, 8 for double.
@@ -1001,6 +1406,20 @@ bool plan_bucket_groups(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
     p->clouds_per_block = 1;
     p->blocks_per_cloud = 1;
     p->blocks = B;
+    return true;
+}
+
+// BUCKET_ROUNDS (float only): the buckets and groups of BUCKET_GROUPS, a warp's lanes on
+// consecutive groups (32 a warp), at least 2 warps (the last one sorts a round's candidates).
+template <typename T>
+bool plan_bucket_rounds(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
+    if (!plan_bucket_groups<T>(p, B, N)) return false;
+    const int64_t Np = N > 0 ? N : 1;
+    const int64_t buckets = (Np + 32 * p->points_per_thread - 1) / (32 * p->points_per_thread);
+    const int64_t groups = (buckets + p->bucket_slots - 1) / p->bucket_slots;
+    const int warps = (int)std::max<int64_t>(2, (groups + 31) / 32);
+    p->warps_per_cloud = warps;
+    p->threads = 32 * warps;
     return true;
 }
 
@@ -1149,6 +1568,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             case PCOPS_FPS_GRID: ok = plan_grid<T>(&q, d, N); break;
             case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(&q, B, N); break;
             case PCOPS_FPS_BUCKET_GROUPS: ok = plan_bucket_groups<T>(&q, B, N); break;
+            case PCOPS_FPS_BUCKET_ROUNDS: ok = plan_bucket_rounds<T>(&q, B, N); break;
         }
         if (!ok) {  // e.g. no clusters on this device: the reference path takes any size
             q.variant = PCOPS_FPS_SIMPLE;
@@ -1173,6 +1593,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         case PCOPS_FPS_GRID: ok = plan_grid<T>(p, d, N); break;
         case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N); break;
         case PCOPS_FPS_BUCKET_GROUPS: ok = plan_bucket_groups<T>(p, B, N); break;
+        case PCOPS_FPS_BUCKET_ROUNDS: ok = plan_bucket_rounds<T>(p, B, N); break;
     }
     return ok ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -1198,8 +1619,9 @@ size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
     *s = {};
     pcops_carver w = pcops_carver_init(base);
     const int64_t items = p->B * p->N;
-    const bool bucket =
-        p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_GROUPS;
+    const bool bucket = p->variant == PCOPS_FPS_BUCKET ||
+                        p->variant == PCOPS_FPS_BUCKET_GROUPS ||
+                        p->variant == PCOPS_FPS_BUCKET_ROUNDS;
     if (p->points_per_thread == 0 || bucket) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
     if (p->variant == PCOPS_FPS_GRID)
         s->slots = (Candidate<T>*)pcops_carve(&w, 2 * p->blocks, sizeof(Candidate<T>));
@@ -1265,6 +1687,29 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
                 default: return cudaErrorInvalidValue;
             }
         }
+        if (p->variant == PCOPS_FPS_BUCKET_ROUNDS) {
+            // each bucket's farthest point, index and flagged-list slot: <= 112 KiB
+            const size_t smem = (size_t)((N + S - 1) / S) *
+                                (sizeof(float4) + sizeof(int2) + sizeof(int));
+            auto launch = [&](auto kernel) {
+                cudaError_t err = cudaFuncSetAttribute(
+                    kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                if (err != cudaSuccess) return err;
+                kernel<<<(unsigned)B, p->threads, smem, stream>>>(xyz, lengths, start, N, npoint,
+                                                              s.sorted, s.temp, idx, dist2);
+                return cudaGetLastError();
+            };
+            switch (p->bucket_slots * 16 + p->points_per_thread) {
+                case 1 * 16 + 1: return launch(fps_bucket_rounds_kernel<1, 1>);
+                case 2 * 16 + 1: return launch(fps_bucket_rounds_kernel<2, 1>);
+                case 4 * 16 + 1: return launch(fps_bucket_rounds_kernel<4, 1>);
+                case 8 * 16 + 1: return launch(fps_bucket_rounds_kernel<8, 1>);
+                case 8 * 16 + 2: return launch(fps_bucket_rounds_kernel<8, 2>);
+                case 8 * 16 + 4: return launch(fps_bucket_rounds_kernel<8, 4>);
+                case 8 * 16 + 8: return launch(fps_bucket_rounds_kernel<8, 8>);
+                default: return cudaErrorInvalidValue;
+            }
+        }
     }
     const size_t smem = (size_t)3 * ((N + S - 1) / S) * sizeof(T);  // <= 48 KiB (4096 float buckets)
     auto launch = [&](auto kernel) {
@@ -1294,7 +1739,8 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
     Scratch<T> s;
     plan_layout<T>(p, workspace, &s);
     if (p->workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-    if (p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_GROUPS)
+    if (p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_GROUPS ||
+        p->variant == PCOPS_FPS_BUCKET_ROUNDS)
         return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
     T* temp = s.temp;
     Candidate<T>* slots = s.slots;
@@ -1346,7 +1792,7 @@ extern "C" cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, in
                                                 int64_t npoint, int variant,
                                                 pcops_fps_cuda_plan* plan) {
     if (!plan || B < 0 || N < 0 || N > INT_MAX || npoint < 1) return cudaErrorInvalidValue;
-    if (variant < PCOPS_FPS_AUTO || variant > PCOPS_FPS_BUCKET_GROUPS || variant == PCOPS_FPS_TREE)
+    if (variant < PCOPS_FPS_AUTO || variant > PCOPS_FPS_BUCKET_ROUNDS || variant == PCOPS_FPS_TREE)
         return cudaErrorInvalidValue;
     pcops_fps_cuda_plan p = {};
     p.dtype = dtype;

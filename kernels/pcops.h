@@ -107,6 +107,8 @@ typedef enum pcops_fps_variant {
                               step updates only the buckets the sample can change */
     PCOPS_FPS_BUCKET_GROUPS = 8, /* CUDA, float32: the buckets in groups with a box each, tested
                                     first; the buckets in shared memory */
+    PCOPS_FPS_BUCKET_ROUNDS = 9, /* CUDA, float32: the grouped buckets, several samples a round
+                                    (those the round proves are the next ones) */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */

@@ -492,11 +492,13 @@ def test_variant_op_opcheck(device, gen):
 
 # Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
 # plan_grid, plan_bucket_groups): above these it raises ValueError; "cluster", "grid" and
-# "bucket" take any size; "bucket_groups" is float32 only (4096 buckets of up to 256 points).
+# "bucket" take any size; "bucket_groups" and "bucket_rounds" are float32 only (4096 buckets of up
+# to 256 points).
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096},
-                      "bucket_groups": {torch.float32: 4096 * 256, torch.float64: 0}}
-BUCKET_PATHS = ["bucket", "bucket_groups"]
+                      "bucket_groups": {torch.float32: 4096 * 256, torch.float64: 0},
+                      "bucket_rounds": {torch.float32: 4096 * 256, torch.float64: 0}}
+BUCKET_PATHS = ["bucket", "bucket_groups", "bucket_rounds"]
 
 
 def _skip_unless_path_takes(variant, dtype, N=1):
@@ -506,7 +508,7 @@ def _skip_unless_path_takes(variant, dtype, N=1):
 
 
 @pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket",
-                                     "bucket_groups"])
+                                     "bucket_groups", "bucket_rounds"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
                                       (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
@@ -527,7 +529,8 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "bucket_groups"])
+@pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "bucket_groups",
+                                     "bucket_rounds"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     """A cloud too large for registers (temp in the workspace) on the cluster and grid paths;
@@ -542,20 +545,21 @@ def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
+@pytest.mark.parametrize("variant,code", [("bucket_groups", 8), ("bucket_rounds", 9)])
 @pytest.mark.parametrize("N", [300_000, 600_000, 4096 * 256])
-def test_cuda_bucket_groups_large_buckets_equal_cpu(cuda, gen, N):
-    """bucket_groups with 128, 256 and 256 points a bucket (4096 buckets at most), a ragged batch,
-    and the first size past its capacity refused."""
+def test_cuda_bucket_groups_large_buckets_equal_cpu(cuda, gen, N, variant, code):
+    """bucket_groups / bucket_rounds with 128, 256 and 256 points a bucket (4096 buckets at most),
+    a ragged batch, and the first size past their capacity refused."""
     xyz = rand_points(2, N, gen)
     lengths = torch.tensor([N, N // 3 + 1])
     start = torch.tensor([N - 1, 5])
     cpu = fps_variant(xyz, 500, lengths, start, variant="tree")
-    gpu = fps_variant(xyz.cuda(), 500, lengths.cuda(), start.cuda(), variant="bucket_groups")
+    gpu = fps_variant(xyz.cuda(), 500, lengths.cuda(), start.cuda(), variant=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
     if N == 4096 * 256:
-        with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 8 cannot run"):
-            fps_variant(torch.rand(1, N + 1, 3, device="cuda"), 10, variant="bucket_groups")
+        with pytest.raises(ValueError, match=rf"pcops\.furthest_point_sample: variant {code} cannot run"):
+            fps_variant(torch.rand(1, N + 1, 3, device="cuda"), 10, variant=variant)
 
 
 def test_cuda_rejects_the_cpu_tree_variant(cuda):
@@ -642,7 +646,7 @@ def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, variant, case, N, 
 
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket",
-                                     "bucket_groups"])
+                                     "bucket_groups", "bucket_rounds"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
@@ -650,12 +654,13 @@ def test_cuda_sanitizer_every_path(cuda, gen, variant):
 
 
 @pytest.mark.sanitizer
+@pytest.mark.parametrize("variant", ["bucket_groups", "bucket_rounds"])
 @pytest.mark.parametrize("N", [40_000, 70_000])
-def test_cuda_sanitizer_bucket_groups_wide_groups(cuda, gen, N):
-    """bucket_groups with 4 (40k points) and 8 (70k) buckets a lane, a ragged batch with
-    duplicates: the shared list, the atomics and the read-back under the sanitizers."""
+def test_cuda_sanitizer_bucket_groups_wide_groups(cuda, gen, N, variant):
+    """bucket_groups / bucket_rounds with 4 (40k points) and 8 (70k) buckets a lane, a ragged
+    batch with duplicates: the shared lists, the atomics and the read-back under the sanitizers."""
     xyz, lengths, start = _path_inputs("duplicates", 2, N, gen, torch.float32)
-    gpu = fps_variant(xyz.cuda(), 150, lengths.cuda(), start.cuda(), variant="bucket_groups")
+    gpu = fps_variant(xyz.cuda(), 150, lengths.cuda(), start.cuda(), variant=variant)
     cpu = fps_variant(xyz, 150, lengths, start, variant="tree")
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
