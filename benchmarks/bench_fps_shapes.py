@@ -30,7 +30,8 @@ SCANS = os.path.join(os.path.dirname(HERE), ".data", "scans")
 
 # (label, variant) tried on each row; paths that refuse a size print "-"
 PATHS = [("warp", "warp"), ("block", "block"), ("cluster", "cluster"), ("bucket", "bucket"),
-         ("bucket_groups", "bucket_groups"), ("grid", "grid")]
+         ("bucket_groups", "bucket_groups"), ("bucket_rounds", "bucket_rounds"),
+         ("bucket_rounds_cluster", "bucket_rounds_cluster"), ("grid", "grid")]
 
 
 def row_inputs(name, gen):

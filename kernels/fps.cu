@@ -33,7 +33,17 @@
  *   BUCKET_GROUPS  (float) the same buckets, G to a lane behind a group box tested first; a
  *            step lists its flagged buckets in shared memory and shares them out over the
  *            warps (a warp a bucket) instead of each warp updating its own one after the
- *            other. AUTO's path for float clouds past the block path (up to 2**20 points).
+ *            other. AUTO's path for float clouds past the block path when fewer than 2048
+ *            samples are asked.
+ *   BUCKET_ROUNDS  (float) the grouped buckets, several samples a round: every bucket whose
+ *            farthest temp is near the last sample's is a candidate, and the round takes, in
+ *            (temp, index) order, the candidates it can prove are the next samples (none lowered
+ *            by a farther one, none passed by what an earlier one leaves in its own bucket);
+ *            late in a run ~15 a round, two barriers a round. AUTO from 2048 samples.
+ *   BUCKET_ROUNDS_CLUSTER  (sm_90, float) the same on a cluster of 2-8 blocks per cloud, each
+ *            block a range of the buckets; the candidates and their buckets' leftovers are
+ *            read through distributed shared memory, two cluster barriers a round. AUTO for
+ *            clouds of >= 32k points when the batch leaves SMs for 8 blocks a cloud.
  * Warp reductions are two redux on sm_80+ (float) and shuffles otherwise; candidate slots are
  * double-buffered by step parity, so one barrier per level and step suffices.
  *
@@ -959,7 +969,35 @@ __device__ __forceinline__ bool box_flags(float m, float largest) {
     return !(m >= largest) || m == 0.f;
 }
 
-template <int G, int PPL>
+// Who shares a cloud in BUCKET_ROUNDS: one block (BlockScope), or a thread-block cluster
+// (ClusterScope, sm_90), each block holding a contiguous range of the cloud's buckets and
+// reading the others' lists and newkeys through distributed shared memory.
+struct BlockScope {
+    __device__ __forceinline__ unsigned size() const { return 1; }
+    __device__ __forceinline__ unsigned rank() const { return 0; }
+    __device__ __forceinline__ void sync() const { __syncthreads(); }
+    template <typename V>
+    __device__ __forceinline__ V* at(V* p, unsigned) const { return p; }
+};
+struct ClusterScope {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __device__ __forceinline__ unsigned size() const { return cg::this_cluster().num_blocks(); }
+    __device__ __forceinline__ unsigned rank() const { return cg::this_cluster().block_rank(); }
+    __device__ __forceinline__ void sync() const { cg::this_cluster().sync(); }
+    template <typename V>
+    __device__ __forceinline__ V* at(V* p, unsigned r) const {
+        return cg::this_cluster().map_shared_rank(p, r);
+    }
+#else  // never launched: the plan needs a device of compute capability 9.0
+    __device__ __forceinline__ unsigned size() const { return 1; }
+    __device__ __forceinline__ unsigned rank() const { return 0; }
+    __device__ __forceinline__ void sync() const { __trap(); }
+    template <typename V>
+    __device__ __forceinline__ V* at(V* p, unsigned) const { return p; }
+#endif
+};
+
+template <int G, int PPL, class Scope>
 __global__ void __launch_bounds__(512)
 fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restrict__ lengths,
                          const int64_t* __restrict__ start, int64_t N, int64_t npoint,
@@ -969,29 +1007,37 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
     constexpr int S = 32 * PPL;  // points per bucket
     constexpr int U = PPL >= 4 || G >= 8 ? 1 : 4 / PPL;  // buckets a warp loads at once
     extern __shared__ __align__(16) unsigned char fps_smem[];
-    __shared__ RoundCand list[2][kRoundCap];  // the candidates, by round parity
+    __shared__ RoundCand list[2][kRoundCap];  // this block's candidates, by round parity
+    __shared__ RoundCand cands[kRoundCap];    // the round's candidates, by list position
     __shared__ RoundCand wbest[2][16];        // each warp's farthest, by round parity
     __shared__ int list_count[2], entry_count[2];
-    __shared__ uint64_t newkey[kRoundCap];    // by list position
+    __shared__ uint64_t newkey[kRoundCap];    // by list position (its bucket's block)
     __shared__ int order[kRoundCap];          // list position of each rank
     __shared__ unsigned bad_pos[2];           // candidates whose temp a farther one lowers
                                               // (bits by list position), by round parity
+    const Scope scope;
+    const unsigned C = scope.size(), rank = scope.rank();
     const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t b = blockIdx.x;
+    const int64_t b = blockIdx.x / C;
     const CloudRow<float> row(xyz, lengths, b, N, npoint, idx, dist2);
-    const BucketPoint<float>* pts = sorted + b * N;
-    float* temp = temp_ws + b * N;
-    pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
-    if (row.n_out == 0) return;
-    const int buckets = (row.L + S - 1) / S;
+    if (rank == 0) pad_row(row.idx, row.dist2, row.n_out, npoint, threadIdx.x, blockDim.x);
+    if (row.n_out == 0) return;  // the same in every block of the cluster
+    // this block's buckets: [kb0, kb0 + buckets) of the cloud's, its points from lp (Lc valid)
+    const int all_buckets = (row.L + S - 1) / S;
+    const int per_block = (all_buckets + (int)C - 1) / (int)C;
+    const int kb0 = min(all_buckets, (int)rank * per_block);
+    const int buckets = min(all_buckets - kb0, per_block);
+    const int Lc = max(0, min(row.L - kb0 * S, buckets * S));
+    const BucketPoint<float>* lp = sorted + b * N + (int64_t)kb0 * S;
+    float* lt = temp_ws + b * N + (int64_t)kb0 * S;
     const int groups = (buckets + G - 1) / G;
     // per bucket: its farthest point (x, y, z, temp), the flagged list (bucket, candidate
     // bits) of a round, and the farthest point's index
     float4* s_at = reinterpret_cast<float4*>(fps_smem);
-    int2* entries = reinterpret_cast<int2*>(s_at + buckets);
-    int* s_index = reinterpret_cast<int*>(entries + buckets);
+    int2* entries = reinterpret_cast<int2*>(s_at + per_block);
+    int* s_index = reinterpret_cast<int*>(entries + per_block);
 
-    for (int p = threadIdx.x; p < row.L; p += blockDim.x) temp[p] = INFINITY;
+    for (int p = threadIdx.x; p < Lc; p += blockDim.x) lt[p] = INFINITY;
     if (threadIdx.x < 2)
         list_count[threadIdx.x] = 0, entry_count[threadIdx.x] = 0, bad_pos[threadIdx.x] = 0;
     const int g = w * 32 + lane;  // a warp's lanes hold consecutive groups
@@ -1006,7 +1052,7 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
         bucket_clear(u);
         if (g >= groups || k >= buckets) continue;
         float4 at = make_float4(0.f, 0.f, 0.f, INFINITY);
-        bucket_set(u, pts, k * S, min(row.L, (k + 1) * S), at.x, at.y, at.z);
+        bucket_set(u, lp, k * S, min(Lc, (k + 1) * S), at.x, at.y, at.z);
         s_at[k] = at;
         s_index[k] = u.best.index;
         glx = fminf(glx, u.lx), gly = fminf(gly, u.ly), glz = fminf(glz, u.lz);
@@ -1025,7 +1071,7 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
     }
     int gbest_k;
     Candidate<float> gbest = farthest_kept<G>(bk, 0u, k0, gbest_k);
-    __syncthreads();  // the temps, the buckets' candidates and the counts are set
+    scope.sync();  // the temps, the buckets' candidates and the counts are set
 
     const int first = start ? (int)pcops_positive_mod(start[b], row.L) : 0;
     RoundCand single;  // the one candidate of a round without a list (uniform)
@@ -1033,7 +1079,7 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
     single.at.w = 0.f;
     single.index = first;
     single.bucket = -1;
-    if (threadIdx.x == 0) {
+    if (rank == 0 && threadIdx.x == 0) {
         row.idx[0] = first;
         row.dist2[0] = 0.f;
     }
@@ -1049,7 +1095,24 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
                 if (flagged & (1u << s)) bk[s].best = {s_at[k0 + s].w, s_index[k0 + s]};
             gbest = farthest_kept<G>(bk, 0u, k0, gbest_k);
         }
-        const int n = round == 0 ? 0 : list_count[par];
+        // the blocks' lists, one after the other (every block sees the same order)
+        int n = 0, mine_from = 0, from = 0;  // mine_from: this lane's block; from: its first
+        if (round > 0) {
+            const int cnt = lane < (int)C ? *scope.at(&list_count[par], lane) : 0;
+            int incl = cnt;
+#pragma unroll
+            for (int off = 1; off < 8; off <<= 1) {
+                const int o = __shfl_up_sync(0xffffffffu, incl, off);
+                if (lane >= off) incl += o;
+            }
+            n = __shfl_sync(0xffffffffu, incl, 7);  // C <= 8
+            bool over = __any_sync(0xffffffffu, cnt > kRoundCap);
+            if (over) n = kRoundCap + 1;
+            for (int r = 0; r < (int)C; ++r) {
+                const int end = __shfl_sync(0xffffffffu, incl, r);
+                if (end <= lane) mine_from = r + 1, from = end;
+            }
+        }
         if (threadIdx.x == 0) list_count[par ^ 1] = 0, entry_count[par ^ 1] = 0, bad_pos[par ^ 1] = 0;
         const bool listed = n >= 1 && n <= kRoundCap && row.n_out - j >= 2;
         if (round >= 2) {  // aim at a list of 16-32 (the same arithmetic in every thread)
@@ -1061,11 +1124,18 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
         bool has_c = lane == 0;
         if (listed) {
             has_c = lane < n;
-            if (has_c) c = list[par][lane];
-        } else if (round > 0) {  // the farthest of the warps' farthest
+            if (has_c) c = *scope.at(&list[par][lane - from], mine_from);
+            if (w == 0 && has_c) cands[lane] = c;
+        } else if (round > 0) {  // the farthest of every warp's farthest
             Candidate<float> wc = no_candidate<float>();
-            if (lane < warps) wc = {wbest[par][lane].at.w, wbest[par][lane].index};
-            single = wbest[par][warp_argmax(wc)];
+            int at = -1;
+            for (int e = lane; e < (int)C * warps; e += 32) {
+                const RoundCand& o = *scope.at(&wbest[par][e % warps], e / warps);
+                const Candidate<float> oc = {o.at.w, o.index};
+                if (farther(oc, wc)) wc = oc, at = e;
+            }
+            at = __shfl_sync(0xffffffffu, at, warp_argmax(wc));
+            single = *scope.at(&wbest[par][at % warps], at / warps);
             c = single;
         }
         // the warp's largest temp (an upper bound for its box: keys only go down)
@@ -1105,7 +1175,8 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
         }
         if (listed) {
             // candidate a, a warp each: its rank (the candidates farther than it), whether a
-            // farther one lowers its temp, and its own bucket's farthest after it alone
+            // farther one lowers its temp, and (in the block that holds its bucket) its own
+            // bucket's farthest after it alone
             const uint64_t my_key = has_c ? round_key(c.at.w, c.index) : 0ull;
             for (int a0 = w; a0 < n; a0 += warps * U) {
                 int kb[U];
@@ -1114,11 +1185,12 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
 #pragma unroll
                 for (int i = 0; i < U; ++i) {
                     const int a = a0 + i * warps;
-                    kb[i] = list[par][a < n ? a : 0].bucket;
+                    kb[i] = __shfl_sync(0xffffffffu, c.bucket, a < n ? a : 0) - kb0;
+                    const bool here = a < n && kb[i] >= 0 && kb[i] < buckets;
 #pragma unroll
                     for (int u = 0; u < PPL; ++u) {
                         const int p = kb[i] * S + lane + 32 * u;
-                        if (a < n && p < row.L) q[i][u] = pts[p], t[i][u] = temp[p];
+                        if (here && p < Lc) q[i][u] = lp[p], t[i][u] = lt[p];
                     }
                 }
 #pragma unroll
@@ -1135,11 +1207,16 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
                     const unsigned farther_ones = __ballot_sync(0xffffffffu, ahead);
                     const unsigned lowering = __ballot_sync(
                         0xffffffffu, ahead && fps_dist2(c.at.x, c.at.y, c.at.z, ax, ay, az) < av);
+                    if (lane == 0) {
+                        order[__popc(farther_ones)] = a;
+                        if (lowering) atomicOr(&bad_pos[par], 1u << a);
+                    }
+                    if (kb[i] < 0 || kb[i] >= buckets) continue;  // another block's bucket
                     Candidate<float> best = no_candidate<float>();
 #pragma unroll
                     for (int u = 0; u < PPL; ++u) {
                         const int p = kb[i] * S + lane + 32 * u;
-                        if (p < row.L) {
+                        if (p < Lc) {
                             const float d = fps_dist2(q[i][u].x, q[i][u].y, q[i][u].z, ax, ay, az);
                             float tu = q[i][u].idx == ai ? -1.f : t[i][u];
                             tu = d < tu ? d : tu;
@@ -1148,15 +1225,11 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
                         }
                     }
                     best = warp_farthest(best);
-                    if (lane == 0) {
-                        newkey[a] = round_key(best.value, best.index);
-                        order[__popc(farther_ones)] = a;
-                        if (lowering) atomicOr(&bad_pos[par], 1u << a);
-                    }
+                    if (lane == 0) newkey[a] = round_key(best.value, best.index);
                 }
             }
         }
-        __syncthreads();  // the flagged list, the newkeys, the order
+        scope.sync();  // the flagged list, the newkeys, the order, the candidates
 
         // ---------------------------------------------------------------- Y
         int taken = 1;           // samples this round
@@ -1164,9 +1237,10 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
         float last = single.at.w;
         if (listed) {
             const int pos = lane < n ? order[lane] : 0;
-            const RoundCand cr = list[par][pos];  // rank `lane`
+            const RoundCand cr = cands[pos];  // rank `lane`
             const uint64_t kr = round_key(cr.at.w, cr.index);
-            uint64_t incl = lane < n ? newkey[pos] : 0ull;  // prefix maximum over the ranks
+            uint64_t incl = lane < n ? *scope.at(&newkey[pos], (unsigned)(cr.bucket / per_block))
+                                     : 0ull;  // prefix maximum over the ranks
 #pragma unroll
             for (int off = 1; off < 32; off <<= 1) {
                 const uint64_t o = __shfl_up_sync(0xffffffffu, incl, off);
@@ -1179,13 +1253,13 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
             taken = invalid ? __ffs(invalid) - 1 : 32;
             if (taken > row.n_out - j) taken = (int)(row.n_out - j);
             chosen = warp_or_u32(lane < taken ? 1u << pos : 0u);
-            if (w == 0 && lane < taken) {
+            if (rank == 0 && w == 0 && lane < taken) {
                 row.idx[j + lane] = cr.index;
                 row.dist2[j + lane] = cr.at.w;
             }
             last = __shfl_sync(0xffffffffu, cr.at.w, taken - 1);
         } else if (round > 0) {
-            if (threadIdx.x == 0) {
+            if (rank == 0 && threadIdx.x == 0) {
                 row.idx[j] = single.index;
                 row.dist2[j] = single.at.w;
             }
@@ -1213,7 +1287,7 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
 #pragma unroll
                 for (int u = 0; u < PPL; ++u) {
                     const int p = ks[i] * S + lane + 32 * u;
-                    if (ms[i] && p < row.L) q[i][u] = pts[p], t[i][u] = temp[p];
+                    if (ms[i] && p < Lc) q[i][u] = lp[p], t[i][u] = lt[p];
                 }
             }
 #pragma unroll
@@ -1228,17 +1302,17 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
 #pragma unroll
                     for (int u = 0; u < PPL; ++u) {
                         const int p = k * S + lane + 32 * u;
-                        if (p < row.L) {
+                        if (p < Lc) {
                             const BucketPoint<float>& qu = q[i][u];
                             float tu = t[i][u];
                             for (unsigned m = ms[i]; m; m &= m - 1) {
-                                const float4 ca = listed ? list[par][__ffs(m) - 1].at : single.at;
-                                const int ci = listed ? list[par][__ffs(m) - 1].index : single.index;
+                                const float4 ca = listed ? cands[__ffs(m) - 1].at : single.at;
+                                const int ci = listed ? cands[__ffs(m) - 1].index : single.index;
                                 const float d = fps_dist2(qu.x, qu.y, qu.z, ca.x, ca.y, ca.z);
                                 tu = qu.idx == ci ? -1.f : tu;
                                 tu = d < tu ? d : tu;
                             }
-                            temp[p] = tu;
+                            lt[p] = tu;
                             const Candidate<float> o = {tu, qu.idx};
                             if (farther(o, best)) best = o, px = qu.x, py = qu.y, pz = qu.z;
                         }
@@ -1255,7 +1329,7 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
                 }
                 if (lane == 0 && at.w >= theta) {  // to the next round's list
                     const int p = atomicAdd(&list_count[nx], 1);
-                    if (p < kRoundCap) list[nx][p] = {at, kc.index, k, {0, 0}};
+                    if (p < kRoundCap) list[nx][p] = {at, kc.index, kb0 + k, {0, 0}};
                 }
                 if (farther(kc, upd)) upd = kc, upd_k = k;
             }
@@ -1274,7 +1348,8 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
                 int p = 0;
                 if (lane == leader) p = atomicAdd(&list_count[nx], __popc(wants));
                 p = __shfl_sync(0xffffffffu, p, leader) + __popc(wants & ((1u << lane) - 1u));
-                if (want && p < kRoundCap) list[nx][p] = {s_at[k], bk[s].best.index, k, {0, 0}};
+                if (want && p < kRoundCap)
+                    list[nx][p] = {s_at[k], bk[s].best.index, kb0 + k, {0, 0}};
             }
             if (kept && farther(bk[s].best, own)) own = bk[s].best, own_k = k;
         }
@@ -1284,9 +1359,9 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
         if (lane == 0) {
             float4 at = own_k >= 0 ? s_at[own_k] : make_float4(0.f, 0.f, 0.f, 0.f);
             at.w = own.value;
-            wbest[nx][w] = {at, own.index, own_k, {0, 0}};
+            wbest[nx][w] = {at, own.index, own_k >= 0 ? kb0 + own_k : -1, {0, 0}};
         }
-        __syncthreads();  // the next round's list, the warps' farthest, the updated buckets
+        scope.sync();  // the next round's lists, the warps' farthest, the updated buckets
     }
 }
 
@@ -1409,17 +1484,45 @@ bool plan_bucket_groups(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
     return true;
 }
 
-// BUCKET_ROUNDS (float only): the buckets and groups of BUCKET_GROUPS, a warp's lanes on
-// consecutive groups (32 a warp), at least 2 warps (the last one sorts a round's candidates).
+// BUCKET_ROUNDS (float only): buckets of 32 * ppl points as in BUCKET_GROUPS, `blocks` blocks a
+// cloud (1, or a cluster of 2, 4 or 8 on sm_90: BUCKET_ROUNDS_CLUSTER) holding a contiguous
+// range of at most 4096 of them each, in groups of 1-8 (<= 512 groups a block, 32 a warp), at
+// least 2 warps a block.
 template <typename T>
-bool plan_bucket_rounds(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
-    if (!plan_bucket_groups<T>(p, B, N)) return false;
+bool plan_bucket_rounds(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N,
+                        int variant) {
+    if (sizeof(T) != 4 || B * N > INT_MAX) return false;
     const int64_t Np = N > 0 ? N : 1;
-    const int64_t buckets = (Np + 32 * p->points_per_thread - 1) / (32 * p->points_per_thread);
-    const int64_t groups = (buckets + p->bucket_slots - 1) / p->bucket_slots;
+    int64_t blocks = 1;
+    if (variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER) {
+        // clusters, and the kernel built from sm_90 code (see cluster_kernel_usable)
+        cudaFuncAttributes attr;
+        if (d.major < 9 ||
+            cudaFuncGetAttributes(&attr, fps_bucket_rounds_kernel<1, 1, ClusterScope>) !=
+                cudaSuccess ||
+            attr.ptxVersion < 90) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        const int64_t buckets = (Np + 31) / 32;
+        blocks = buckets >= 8 * 32 ? 8 : buckets >= 4 * 32 ? 4 : 2;
+    }
+    int64_t ppl = 1;
+    auto per_block = [&](int64_t q) { return ((Np + 32 * q - 1) / (32 * q) + blocks - 1) / blocks; };
+    while (ppl < 8 && per_block(ppl) > 4096) ppl *= 2;
+    const int64_t buckets = per_block(ppl);
+    if (buckets > 4096 || B * blocks > INT_MAX) return false;
+    int group = 1;
+    while ((buckets + group - 1) / group > kMaxBucketGroups) group *= 2;
+    const int64_t groups = (buckets + group - 1) / group;
     const int warps = (int)std::max<int64_t>(2, (groups + 31) / 32);
+    p->points_per_thread = (int)ppl;
+    p->bucket_slots = group;
     p->warps_per_cloud = warps;
     p->threads = 32 * warps;
+    p->clouds_per_block = 1;
+    p->blocks_per_cloud = (int)blocks;
+    p->blocks = B * blocks;
     return true;
 }
 
@@ -1537,7 +1640,6 @@ bool plan_grid(pcops_fps_cuda_plan* p, const Device& d, int64_t N) {
 template <typename T>
 cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
                       pcops_fps_cuda_plan* p) {
-    (void)npoint;
     Device d;
     cudaError_t err = current_device(&d);
     if (err != cudaSuccess) return err;
@@ -1550,11 +1652,19 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         // measured (F3-F5 6-17 %, 200k -> 20k 43 ms vs 50, and the grid's 52; 1M -> 100k 284
         // ms vs the grid's 305); double, one huge cloud: the whole grid (200k -> 20k: 51 ms vs
         // 56). Clusters and the grid also take what the buckets cannot (B * N > 2**31 - 1).
+        // float32 past the block path, since the rounds (H100, ms, groups / rounds / rounds on
+        // clusters of 8): few clouds of >= 32k points on clusters (KITTI -> 16384 29.6 / 17.7 /
+        // 8.7; 8 scans 29.8 / 19.5 / 10.9; F6 44.3 / 31.5 / 12.2; F7 292 / 235 / 69), smaller
+        // clouds or many of them in rounds on a block each from 2048 samples (F3 4.69 / 2.98 /
+        // 4.79, F5 9.66 / 5.68 / 7.94), the groups below (F4, 1000 samples: 1.27 / 1.34 / 1.94).
         const int64_t block_cap = sizeof(T) == 4 ? 8192 : 4096;  // see plan_group
+        const bool f32 = sizeof(T) == 4 && B * N <= INT_MAX;
         if (N <= 512) variant = PCOPS_FPS_WARP;
         else if (N <= block_cap) variant = PCOPS_FPS_BLOCK;
-        else if (sizeof(T) == 4 && B * N <= INT_MAX && N <= kMaxBucketGroups * 8 * 256)
-            variant = PCOPS_FPS_BUCKET_GROUPS;
+        else if (f32 && d.major >= 9 && N >= 32768 && B * 8 <= d.sms && N <= 8 * 4096 * 256)
+            variant = PCOPS_FPS_BUCKET_ROUNDS_CLUSTER;
+        else if (f32 && N <= kMaxBucketGroups * 8 * 256)
+            variant = npoint >= 2048 ? PCOPS_FPS_BUCKET_ROUNDS : PCOPS_FPS_BUCKET_GROUPS;
         else if (B * N <= INT_MAX && !(B == 1 && N > 150000)) variant = PCOPS_FPS_BUCKET;
         else if (d.major >= 9 && (N <= 8 * block_cap || B * 8 >= d.sms)) variant = PCOPS_FPS_CLUSTER;
         else variant = PCOPS_FPS_GRID;
@@ -1568,7 +1678,12 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             case PCOPS_FPS_GRID: ok = plan_grid<T>(&q, d, N); break;
             case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(&q, B, N); break;
             case PCOPS_FPS_BUCKET_GROUPS: ok = plan_bucket_groups<T>(&q, B, N); break;
-            case PCOPS_FPS_BUCKET_ROUNDS: ok = plan_bucket_rounds<T>(&q, B, N); break;
+            case PCOPS_FPS_BUCKET_ROUNDS:
+            case PCOPS_FPS_BUCKET_ROUNDS_CLUSTER: ok = plan_bucket_rounds<T>(&q, d, B, N, variant); break;
+        }
+        if (!ok && variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER && N <= kMaxBucketGroups * 8 * 256) {
+            q.variant = PCOPS_FPS_BUCKET_ROUNDS;  // e.g. a build without sm_90 code
+            ok = plan_bucket_rounds<T>(&q, d, B, N, PCOPS_FPS_BUCKET_ROUNDS);
         }
         if (!ok) {  // e.g. no clusters on this device: the reference path takes any size
             q.variant = PCOPS_FPS_SIMPLE;
@@ -1593,7 +1708,8 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         case PCOPS_FPS_GRID: ok = plan_grid<T>(p, d, N); break;
         case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N); break;
         case PCOPS_FPS_BUCKET_GROUPS: ok = plan_bucket_groups<T>(p, B, N); break;
-        case PCOPS_FPS_BUCKET_ROUNDS: ok = plan_bucket_rounds<T>(p, B, N); break;
+        case PCOPS_FPS_BUCKET_ROUNDS:
+        case PCOPS_FPS_BUCKET_ROUNDS_CLUSTER: ok = plan_bucket_rounds<T>(p, d, B, N, variant); break;
     }
     return ok ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -1621,7 +1737,8 @@ size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
     const int64_t items = p->B * p->N;
     const bool bucket = p->variant == PCOPS_FPS_BUCKET ||
                         p->variant == PCOPS_FPS_BUCKET_GROUPS ||
-                        p->variant == PCOPS_FPS_BUCKET_ROUNDS;
+                        p->variant == PCOPS_FPS_BUCKET_ROUNDS ||
+                        p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER;
     if (p->points_per_thread == 0 || bucket) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
     if (p->variant == PCOPS_FPS_GRID)
         s->slots = (Candidate<T>*)pcops_carve(&w, 2 * p->blocks, sizeof(Candidate<T>));
@@ -1687,28 +1804,50 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
                 default: return cudaErrorInvalidValue;
             }
         }
-        if (p->variant == PCOPS_FPS_BUCKET_ROUNDS) {
-            // each bucket's farthest point, index and flagged-list slot: <= 112 KiB
-            const size_t smem = (size_t)((N + S - 1) / S) *
+        if (p->variant == PCOPS_FPS_BUCKET_ROUNDS || p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER) {
+            // a block's buckets: each one's farthest point, index and flagged-list slot
+            // (<= 112 KiB)
+            const int64_t blocks = p->blocks_per_cloud;
+            const size_t smem = (size_t)(((N + S - 1) / S + blocks - 1) / blocks) *
                                 (sizeof(float4) + sizeof(int2) + sizeof(int));
             auto launch = [&](auto kernel) {
                 cudaError_t err = cudaFuncSetAttribute(
                     kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
                 if (err != cudaSuccess) return err;
-                kernel<<<(unsigned)B, p->threads, smem, stream>>>(xyz, lengths, start, N, npoint,
-                                                              s.sorted, s.temp, idx, dist2);
-                return cudaGetLastError();
+                if (blocks == 1) {
+                    kernel<<<(unsigned)p->blocks, p->threads, smem, stream>>>(
+                        xyz, lengths, start, N, npoint, s.sorted, s.temp, idx, dist2);
+                    return cudaGetLastError();
+                }
+                cudaLaunchConfig_t config = {};
+                config.gridDim = dim3((unsigned)p->blocks);
+                config.blockDim = dim3(p->threads);
+                config.dynamicSmemBytes = smem;
+                config.stream = stream;
+                cudaLaunchAttribute attribute[1];
+                attribute[0].id = cudaLaunchAttributeClusterDimension;
+                attribute[0].val.clusterDim.x = (unsigned)blocks;
+                attribute[0].val.clusterDim.y = 1;
+                attribute[0].val.clusterDim.z = 1;
+                config.attrs = attribute;
+                config.numAttrs = 1;
+                return cudaLaunchKernelEx(&config, kernel, xyz, lengths, start, N, npoint,
+                                          (const BucketPoint<float>*)s.sorted, s.temp, idx, dist2);
             };
-            switch (p->bucket_slots * 16 + p->points_per_thread) {
-                case 1 * 16 + 1: return launch(fps_bucket_rounds_kernel<1, 1>);
-                case 2 * 16 + 1: return launch(fps_bucket_rounds_kernel<2, 1>);
-                case 4 * 16 + 1: return launch(fps_bucket_rounds_kernel<4, 1>);
-                case 8 * 16 + 1: return launch(fps_bucket_rounds_kernel<8, 1>);
-                case 8 * 16 + 2: return launch(fps_bucket_rounds_kernel<8, 2>);
-                case 8 * 16 + 4: return launch(fps_bucket_rounds_kernel<8, 4>);
-                case 8 * 16 + 8: return launch(fps_bucket_rounds_kernel<8, 8>);
-                default: return cudaErrorInvalidValue;
-            }
+            auto pick = [&](auto scope) -> cudaError_t {
+                using Scope = decltype(scope);
+                switch (p->bucket_slots * 16 + p->points_per_thread) {
+                    case 1 * 16 + 1: return launch(fps_bucket_rounds_kernel<1, 1, Scope>);
+                    case 2 * 16 + 1: return launch(fps_bucket_rounds_kernel<2, 1, Scope>);
+                    case 4 * 16 + 1: return launch(fps_bucket_rounds_kernel<4, 1, Scope>);
+                    case 8 * 16 + 1: return launch(fps_bucket_rounds_kernel<8, 1, Scope>);
+                    case 8 * 16 + 2: return launch(fps_bucket_rounds_kernel<8, 2, Scope>);
+                    case 8 * 16 + 4: return launch(fps_bucket_rounds_kernel<8, 4, Scope>);
+                    case 8 * 16 + 8: return launch(fps_bucket_rounds_kernel<8, 8, Scope>);
+                    default: return cudaErrorInvalidValue;
+                }
+            };
+            return blocks == 1 ? pick(BlockScope{}) : pick(ClusterScope{});
         }
     }
     const size_t smem = (size_t)3 * ((N + S - 1) / S) * sizeof(T);  // <= 48 KiB (4096 float buckets)
@@ -1740,7 +1879,7 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
     plan_layout<T>(p, workspace, &s);
     if (p->workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
     if (p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_GROUPS ||
-        p->variant == PCOPS_FPS_BUCKET_ROUNDS)
+        p->variant == PCOPS_FPS_BUCKET_ROUNDS || p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER)
         return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
     T* temp = s.temp;
     Candidate<T>* slots = s.slots;
@@ -1792,7 +1931,8 @@ extern "C" cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, in
                                                 int64_t npoint, int variant,
                                                 pcops_fps_cuda_plan* plan) {
     if (!plan || B < 0 || N < 0 || N > INT_MAX || npoint < 1) return cudaErrorInvalidValue;
-    if (variant < PCOPS_FPS_AUTO || variant > PCOPS_FPS_BUCKET_ROUNDS || variant == PCOPS_FPS_TREE)
+    if (variant < PCOPS_FPS_AUTO || variant > PCOPS_FPS_BUCKET_ROUNDS_CLUSTER ||
+        variant == PCOPS_FPS_TREE)
         return cudaErrorInvalidValue;
     pcops_fps_cuda_plan p = {};
     p.dtype = dtype;

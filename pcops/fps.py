@@ -89,17 +89,18 @@ def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tenso
 # Private: the paths of kernels/pcops.h (pcops_fps_variant). Every path returns the same bits;
 # tests and benchmarks force one with _furthest_point_sample_variant.
 FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6, "bucket": 7,
-                "bucket_groups": 8, "bucket_rounds": 9}
+                "bucket_groups": 8, "bucket_rounds": 9,
+                "bucket_rounds_cluster": 10}
 CPU_VARIANTS = ("simple", "tree")
 CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket", "bucket_groups",
-                 "bucket_rounds")
+                 "bucket_rounds", "bucket_rounds_cluster")
 
 
 def _furthest_point_sample_variant(xyz: Tensor, npoint: int, lengths: Optional[Tensor] = None,
                                    start: Optional[Tensor] = None, variant: str = "auto"):
     """furthest_point_sample forced through one path ("simple", "tree" on the CPU; "simple",
-    "warp", "block", "cluster", "grid", "bucket", "bucket_groups", "bucket_rounds" (float32 only) on
-    CUDA).
+    "warp", "block", "cluster", "grid", "bucket", "bucket_groups", "bucket_rounds", "bucket_rounds_cluster" (float32
+    only; the last needs sm_90) on CUDA).
     Returns (idx, dist2). A path that cannot take the sizes on this device raises ValueError."""
     return torch.ops.pcops._furthest_point_sample_variant.default(
         xyz, npoint, lengths, start, FPS_VARIANTS[variant])

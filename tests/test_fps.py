@@ -497,8 +497,9 @@ def test_variant_op_opcheck(device, gen):
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096},
                       "bucket_groups": {torch.float32: 4096 * 256, torch.float64: 0},
-                      "bucket_rounds": {torch.float32: 4096 * 256, torch.float64: 0}}
-BUCKET_PATHS = ["bucket", "bucket_groups", "bucket_rounds"]
+                      "bucket_rounds": {torch.float32: 4096 * 256, torch.float64: 0},
+                      "bucket_rounds_cluster": {torch.float32: 8 * 4096 * 256, torch.float64: 0}}
+BUCKET_PATHS = ["bucket", "bucket_groups", "bucket_rounds", "bucket_rounds_cluster"]
 
 
 def _skip_unless_path_takes(variant, dtype, N=1):
@@ -508,7 +509,8 @@ def _skip_unless_path_takes(variant, dtype, N=1):
 
 
 @pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket",
-                                     "bucket_groups", "bucket_rounds"])
+                                     "bucket_groups", "bucket_rounds",
+                                     "bucket_rounds_cluster"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
                                       (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
@@ -530,7 +532,7 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
 
 
 @pytest.mark.parametrize("variant", ["cluster", "grid", "bucket", "bucket_groups",
-                                     "bucket_rounds"])
+                                     "bucket_rounds", "bucket_rounds_cluster"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     """A cloud too large for registers (temp in the workspace) on the cluster and grid paths;
@@ -560,6 +562,24 @@ def test_cuda_bucket_groups_large_buckets_equal_cpu(cuda, gen, N, variant, code)
     if N == 4096 * 256:
         with pytest.raises(ValueError, match=rf"pcops\.furthest_point_sample: variant {code} cannot run"):
             fps_variant(torch.rand(1, N + 1, 3, device="cuda"), 10, variant=variant)
+
+
+@pytest.mark.parametrize("N,lengths", [(1_500_000, [1_500_000]), (300_001, [300_001, 77_777, 1])])
+def test_cuda_bucket_rounds_cluster_equals_cpu(cuda, gen, N, lengths):
+    """bucket_rounds_cluster past one block's 4096 buckets (1.5M points: 8 blocks of 2930
+    buckets of 64), and a ragged batch whose short clouds leave blocks of the cluster without
+    buckets; the first size past its capacity refused."""
+    B = len(lengths)
+    xyz = rand_points(B, N, gen)
+    lengths = torch.tensor(lengths)
+    start = torch.randint(0, N, (B,), generator=gen) % lengths
+    cpu = fps_variant(xyz, 700, lengths, start, variant="tree")
+    gpu = fps_variant(xyz.cuda(), 700, lengths.cuda(), start.cuda(), variant="bucket_rounds_cluster")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 10 cannot run"):
+        fps_variant(torch.rand(1, 8 * 4096 * 256 + 1, 3, device="cuda"), 10,
+                    variant="bucket_rounds_cluster")
 
 
 def test_cuda_rejects_the_cpu_tree_variant(cuda):
@@ -646,7 +666,8 @@ def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, variant, case, N, 
 
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket",
-                                     "bucket_groups", "bucket_rounds"])
+                                     "bucket_groups", "bucket_rounds",
+                                     "bucket_rounds_cluster"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
@@ -654,7 +675,8 @@ def test_cuda_sanitizer_every_path(cuda, gen, variant):
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", ["bucket_groups", "bucket_rounds"])
+@pytest.mark.parametrize("variant", ["bucket_groups", "bucket_rounds",
+                                     "bucket_rounds_cluster"])
 @pytest.mark.parametrize("N", [40_000, 70_000])
 def test_cuda_sanitizer_bucket_groups_wide_groups(cuda, gen, N, variant):
     """bucket_groups / bucket_rounds with 4 (40k points) and 8 (70k) buckets a lane, a ragged
