@@ -199,13 +199,7 @@ struct IndexList {
     }
     __device__ __forceinline__ int64_t top() const { return v[K - 1] == INT_MAX ? LLONG_MAX : v[K - 1]; }
     __device__ __forceinline__ void offer(int32_t n) {  // n < v[K - 1], not in the list
-#pragma unroll
-        for (int s = K - 1; s > 0; --s) {
-            const bool shift = v[s - 1] > n;
-            const bool here = v[s] > n;
-            v[s] = shift ? v[s - 1] : (here ? n : v[s]);
-        }
-        v[0] = v[0] > n ? n : v[0];
+        pcops_grid_cuda::insert_sorted(v, n);
     }
 };
 

@@ -730,6 +730,33 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
 
 constexpr int kMaxBucketGroups = 512;  // 16 warps of 32 lanes, a group a lane
 
+// A lane's group before the first step (BUCKET_GROUPS, BUCKET_ROUNDS): its buckets k0 ..
+// k0 + G - 1 of `buckets` (sorted points pts[0, L), S a bucket) cleared, and where the lane has
+// a group and the bucket exists, set (box; candidate: the lowest index, its coordinates and
+// +inf temp to s_at[k], its index to s_index[k]); the group's box, the union of its buckets'.
+template <int G>
+__device__ __forceinline__ void group_setup(Bucket<float> (&bk)[G], bool has_group, int k0,
+                                            int buckets, const BucketPoint<float>* pts, int L,
+                                            int S, float4* s_at, int* s_index, float& glx,
+                                            float& gly, float& glz, float& ghx, float& ghy,
+                                            float& ghz) {
+    glx = gly = glz = INFINITY;
+    ghx = ghy = ghz = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < G; ++s) {
+        const int k = k0 + s;
+        Bucket<float>& u = bk[s];
+        bucket_clear(u);
+        if (!has_group || k >= buckets) continue;
+        float4 at = make_float4(0.f, 0.f, 0.f, INFINITY);
+        bucket_set(u, pts, k * S, min(L, (k + 1) * S), at.x, at.y, at.z);
+        s_at[k] = at;
+        s_index[k] = u.best.index;
+        glx = fminf(glx, u.lx), gly = fminf(gly, u.ly), glz = fminf(glz, u.lz);
+        ghx = fmaxf(ghx, u.hx), ghy = fmaxf(ghy, u.hy), ghz = fmaxf(ghz, u.hz);
+    }
+}
+
 // The farthest of a lane's G buckets, skipping those in `skip` (a tree of depth log2 G, no
 // branches), and the bucket it is in (offset by k0; -1 for none: slots past the last bucket
 // hold no candidate, and their k0 + s would index past the buckets' shared memory).
@@ -786,21 +813,9 @@ fps_bucket_groups_kernel(const float* __restrict__ xyz, const int64_t* __restric
     const int g = lane * warps + w;
     const int k0 = g * G;  // this lane's first bucket
     Bucket<float> bk[G];
-    float glx = INFINITY, gly = INFINITY, glz = INFINITY;
-    float ghx = -INFINITY, ghy = -INFINITY, ghz = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < G; ++s) {
-        const int k = k0 + s;
-        Bucket<float>& u = bk[s];
-        bucket_clear(u);
-        if (g >= groups || k >= buckets) continue;
-        float4 at = make_float4(0.f, 0.f, 0.f, INFINITY);
-        bucket_set(u, pts, k * S, min(row.L, (k + 1) * S), at.x, at.y, at.z);
-        s_at[k] = at;
-        s_index[k] = u.best.index;
-        glx = fminf(glx, u.lx), gly = fminf(gly, u.ly), glz = fminf(glz, u.lz);
-        ghx = fmaxf(ghx, u.hx), ghy = fmaxf(ghy, u.hy), ghz = fmaxf(ghz, u.hz);
-    }
+    float glx, gly, glz, ghx, ghy, ghz;  // the group's box
+    group_setup<G>(bk, g < groups, k0, buckets, pts, row.L, S, s_at, s_index, glx, gly, glz, ghx,
+                   ghy, ghz);
     // the group's farthest candidate and its bucket
     int gbest_k;
     Candidate<float> gbest = farthest_kept<G>(bk, 0u, k0, gbest_k);
@@ -1043,21 +1058,9 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
     const int g = w * 32 + lane;  // a warp's lanes hold consecutive groups
     const int k0 = g * G;
     Bucket<float> bk[G];
-    float glx = INFINITY, gly = INFINITY, glz = INFINITY;
-    float ghx = -INFINITY, ghy = -INFINITY, ghz = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < G; ++s) {
-        const int k = k0 + s;
-        Bucket<float>& u = bk[s];
-        bucket_clear(u);
-        if (g >= groups || k >= buckets) continue;
-        float4 at = make_float4(0.f, 0.f, 0.f, INFINITY);
-        bucket_set(u, lp, k * S, min(Lc, (k + 1) * S), at.x, at.y, at.z);
-        s_at[k] = at;
-        s_index[k] = u.best.index;
-        glx = fminf(glx, u.lx), gly = fminf(gly, u.ly), glz = fminf(glz, u.lz);
-        ghx = fmaxf(ghx, u.hx), ghy = fmaxf(ghy, u.hy), ghz = fmaxf(ghz, u.hz);
-    }
+    float glx, gly, glz, ghx, ghy, ghz;  // the group's box
+    group_setup<G>(bk, g < groups, k0, buckets, lp, Lc, S, s_at, s_index, glx, gly, glz, ghx,
+                   ghy, ghz);
     // the warp's box: the union of its groups' (fmin / fmax skip the empty lanes' +-inf)
     float wlx = glx, wly = gly, wlz = glz, whx = ghx, why = ghy, whz = ghz;
 #pragma unroll
@@ -1113,7 +1116,8 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
                 if (end <= lane) mine_from = r + 1, from = end;
             }
         }
-        if (threadIdx.x == 0) list_count[par ^ 1] = 0, entry_count[par ^ 1] = 0, bad_pos[par ^ 1] = 0;
+        if (threadIdx.x == 0)
+            list_count[par ^ 1] = 0, entry_count[par ^ 1] = 0, bad_pos[par ^ 1] = 0;
         const bool listed = n >= 1 && n <= kRoundCap && row.n_out - j >= 2;
         if (round >= 2) {  // aim at a list of 16-32 (the same arithmetic in every thread)
             if (n > kRoundCap) rho = 1.f - (1.f - rho) * 0.5f;
@@ -1508,7 +1512,9 @@ bool plan_bucket_rounds(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int6
         blocks = buckets >= 8 * 32 ? 8 : buckets >= 4 * 32 ? 4 : 2;
     }
     int64_t ppl = 1;
-    auto per_block = [&](int64_t q) { return ((Np + 32 * q - 1) / (32 * q) + blocks - 1) / blocks; };
+    auto per_block = [&](int64_t q) {
+        return ((Np + 32 * q - 1) / (32 * q) + blocks - 1) / blocks;
+    };
     while (ppl < 8 && per_block(ppl) > 4096) ppl *= 2;
     const int64_t buckets = per_block(ppl);
     if (buckets > 4096 || B * blocks > INT_MAX) return false;
@@ -1679,7 +1685,9 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(&q, B, N); break;
             case PCOPS_FPS_BUCKET_GROUPS: ok = plan_bucket_groups<T>(&q, B, N); break;
             case PCOPS_FPS_BUCKET_ROUNDS:
-            case PCOPS_FPS_BUCKET_ROUNDS_CLUSTER: ok = plan_bucket_rounds<T>(&q, d, B, N, variant); break;
+            case PCOPS_FPS_BUCKET_ROUNDS_CLUSTER:
+                ok = plan_bucket_rounds<T>(&q, d, B, N, variant);
+                break;
         }
         if (!ok && variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER && N <= kMaxBucketGroups * 8 * 256) {
             q.variant = PCOPS_FPS_BUCKET_ROUNDS;  // e.g. a build without sm_90 code
@@ -1709,7 +1717,9 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         case PCOPS_FPS_BUCKET: ok = plan_bucket<T>(p, B, N); break;
         case PCOPS_FPS_BUCKET_GROUPS: ok = plan_bucket_groups<T>(p, B, N); break;
         case PCOPS_FPS_BUCKET_ROUNDS:
-        case PCOPS_FPS_BUCKET_ROUNDS_CLUSTER: ok = plan_bucket_rounds<T>(p, d, B, N, variant); break;
+        case PCOPS_FPS_BUCKET_ROUNDS_CLUSTER:
+            ok = plan_bucket_rounds<T>(p, d, B, N, variant);
+            break;
     }
     return ok ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -1804,7 +1814,8 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
                 default: return cudaErrorInvalidValue;
             }
         }
-        if (p->variant == PCOPS_FPS_BUCKET_ROUNDS || p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER) {
+        if (p->variant == PCOPS_FPS_BUCKET_ROUNDS ||
+            p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER) {
             // a block's buckets: each one's farthest point, index and flagged-list slot
             // (<= 112 KiB)
             const int64_t blocks = p->blocks_per_cloud;

@@ -112,6 +112,21 @@ __device__ __forceinline__ double dmax(double a, double b) { return a > b ? a : 
 constexpr int kBoxThreads = 256;
 constexpr int kBoxPointsPerThread = 16;
 
+// Inserts x into the ascending register array v[0, K) (x < v[K - 1]; the largest drops out):
+// slot s takes slot s-1's value if that one is larger than x, else x if its own is larger,
+// else keeps its own -- straight-line selects, no branches. The register lists of the grid
+// kernels (kNN's packed keys, ball query's indices) keep their entries this way.
+template <typename V, int K>
+__device__ __forceinline__ void insert_sorted(V (&v)[K], V x) {
+#pragma unroll
+    for (int s = K - 1; s > 0; --s) {
+        const bool shift = v[s - 1] > x;
+        const bool here = v[s] > x;
+        v[s] = shift ? v[s - 1] : (here ? x : v[s]);
+    }
+    v[0] = v[0] > x ? x : v[0];
+}
+
 // A double as an unsigned code in the same order (min / max by integer atomics), and back.
 __device__ __forceinline__ unsigned long long order_code(double x) {
     const unsigned long long u = (unsigned long long)__double_as_longlong(x);

@@ -563,13 +563,7 @@ struct GridKeyList {
     __device__ __forceinline__ void offer(float dist, int n) {
         const uint64_t kk = ((uint64_t)__float_as_uint(dist) << 32) | (unsigned)n;
         if (!(kk < key[K - 1]) || !(dist < INFINITY)) return;
-#pragma unroll
-        for (int s = K - 1; s > 0; --s) {
-            const bool shift = key[s - 1] > kk;
-            const bool here = key[s] > kk;
-            key[s] = shift ? key[s - 1] : (here ? kk : key[s]);
-        }
-        key[0] = key[0] > kk ? kk : key[0];
+        pcops_grid_cuda::insert_sorted(key, kk);
     }
     __device__ __forceinline__ void finish(float* out_d, int64_t* out_i, int k) const {
 #pragma unroll
