@@ -580,6 +580,10 @@ def train(args, ckpt=None):
         summarize(args, state, epoch_times, train_t0, voted, log)
     log.close()
     if run.ddp:
+        # the ranks tear the group down together: rank 0 writes the summary and plot first, and
+        # a rank that destroys a gloo group its peer still uses can abort ("terminate called
+        # without an active exception", seen once in CI)
+        dist.barrier()
         dist.destroy_process_group()
     return state.history
 

@@ -91,8 +91,10 @@ class _Dist:
         self.dist.all_gather_object(out, obj)
         return out
 
-    def close(self):
+    def close(self, together=True):
         if self.on:
+            if together:  # every rank done: tear down together (see models/train.py)
+                self.dist.barrier()
             self.dist.destroy_process_group()
 
 
@@ -265,9 +267,12 @@ def main(argv=None) -> int:
     device = _pick_device(args.device)
     dist = _Dist(device.type)
     try:
-        return _run(args, dist, device)
-    finally:
-        dist.close()
+        rc = _run(args, dist, device)
+    except BaseException:
+        dist.close(together=False)  # the other ranks may be anywhere: no barrier
+        raise
+    dist.close()
+    return rc
 
 
 def _run(args, dist, device) -> int:
