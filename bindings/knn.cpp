@@ -12,9 +12,9 @@ constexpr const char* kOp = "knn";
 
 // The internal `variant` argument: a pcops_search_variant value.
 pcops_search_variant check_search_variant(const char* op, int64_t variant) {
-    TORCH_CHECK_VALUE(variant >= 0 && variant <= 3, "pcops.", op,
-                      ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid) or 3 "
-                      "(brute-force heap), got ", variant);
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= 4, "pcops.", op,
+                      ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid), 3 "
+                      "(brute-force heap) or 4 (grid, baseline CPU build), got ", variant);
     return (pcops_search_variant)variant;
 }
 
@@ -81,7 +81,8 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
     TORCH_CHECK_VALUE(c.M <= INT_MAX && c.N <= INT_MAX && c.k <= INT_MAX, "pcops.", kOp,
                       ": on CUDA, M, N and k must be at most 2**31 - 1, got M = ", c.M,
                       ", N = ", c.N, ", k = ", c.k);
-    const pcops_search_variant v = check_search_variant(kOp, variant);
+    pcops_search_variant v = check_search_variant(kOp, variant);
+    if (v == PCOPS_SEARCH_GRID_BASELINE) v = PCOPS_SEARCH_GRID;  // one CUDA build of the grid
     pcops_knn_cuda_plan plan;
     check_cuda(kOp, pcops_knn_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B, c.M,
                                              c.N, c.k, v, &plan));

@@ -145,12 +145,15 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
  * tests and benchmarks force one, AUTO chooses by size. BRUTE scans every valid ref (the
  * reference; needs no workspace); GRID bins the refs of each cloud into a uniform grid
  * (kernels/grid.h) and visits only cells that can hold a result; BRUTE_HEAP (CUDA kNN only;
- * BRUTE elsewhere) is the brute force with a per-thread heap for every k. */
+ * BRUTE elsewhere) is the brute force with a per-thread heap for every k; GRID_BASELINE (CPU
+ * kNN: the grid path's AVX2 / SSE2 build even on a CPU with AVX-512, so that tests reach both
+ * builds; pcops_knn_cuda_plan_make takes it as BRUTE, the binding passes GRID there). */
 typedef enum pcops_search_variant {
     PCOPS_SEARCH_AUTO = 0,
     PCOPS_SEARCH_BRUTE = 1,
     PCOPS_SEARCH_GRID = 2,
     PCOPS_SEARCH_BRUTE_HEAP = 3,
+    PCOPS_SEARCH_GRID_BASELINE = 4,
 } pcops_search_variant;
 
 /* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is

@@ -18,7 +18,9 @@ from helpers import FLOAT_DTYPES, assert_equal, clustered_points, rand_points, r
 
 knn_op = torch.ops.pcops.knn.default
 bq_op = torch.ops.pcops.ball_query.default
-BRUTE, GRID = 1, 2
+# GRID_BASELINE (kNN): on the CPU the grid path's AVX2 / SSE2 build even where the AVX-512 one
+# runs (kernels/knn.c, knn_wide_list); both builds must give the brute force's bits
+BRUTE, GRID, GRID_BASELINE = 1, 2, 4
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KITTI = os.path.join(ROOT, ".data", "scans", "kitti_velodyne_000000.npy")
 
@@ -112,6 +114,9 @@ def check_knn(query, ref, k, ql=None, rl=None):
     assert_equal(i2, i1, what="grid idx vs brute force")
     assert_equal(d2, d1, what="grid dist2 vs brute force")
     assert torch.equal(d2.isinf(), d1.isinf())
+    d3, i3 = knn_op(query, ref, k, ql, rl, GRID_BASELINE)
+    assert_equal(i3, i1, what="grid (baseline build) idx vs brute force")
+    assert_equal(d3, d1, what="grid (baseline build) dist2 vs brute force")
     return d1, i1
 
 
@@ -334,6 +339,7 @@ def test_opcheck_variants(device, gen):
     for v in (0, 1, 2):
         torch.library.opcheck(knn_op, (query, ref, 5, lens, None, v))
         torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, v))
+    torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BASELINE))
 
 
 def test_bad_variant(device, gen):
