@@ -29,7 +29,8 @@ SIZES = {"F1": (32, 1024, 512), "F2": (16, 4096, 1024), "F3": (8, 16384, 4096),
 SCANS = os.path.join(os.path.dirname(HERE), ".data", "scans")
 
 # (label, variant) tried on each row; paths that refuse a size print "-"
-PATHS = [("warp", "warp"), ("block", "block"), ("cluster", "cluster"), ("bucket", "bucket"),
+PATHS = [("warp", "warp"), ("block", "block"), ("block_pruned", "block_pruned"),
+         ("cluster", "cluster"), ("bucket", "bucket"),
          ("bucket_groups", "bucket_groups"), ("bucket_rounds", "bucket_rounds"),
          ("bucket_rounds_cluster", "bucket_rounds_cluster"), ("grid", "grid")]
 

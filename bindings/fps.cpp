@@ -85,11 +85,12 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoin
                                             const std::optional<at::Tensor>& start,
                                             int64_t variant) {
     check_cuda_tensor(kOp, "xyz", xyz);
-    TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_BUCKET_ROUNDS_CLUSTER &&
+    TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_BLOCK_PRUNED &&
                           variant != PCOPS_FPS_TREE,
                       "pcops.", kOp, ": variant ", variant,
                       " does not exist on CUDA (0 = auto, 1 = simple, 3 = warp, 4 = block, "
-                      "5 = cluster, 6 = grid, 7 = bucket, 8 = bucket_groups, 9 = bucket_rounds, 10 = bucket_rounds_cluster)");
+                      "5 = cluster, 6 = grid, 7 = bucket, 8 = bucket_groups, 9 = bucket_rounds, "
+                      "10 = bucket_rounds_cluster, 11 = block_pruned)");
     c10::cuda::CUDAGuard guard(xyz.device());
     FpsCall c = prepare(xyz, npoint, lengths, start);
     pcops_dtype dtype = to_pcops_dtype(c.xyz.scalar_type());

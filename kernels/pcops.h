@@ -111,6 +111,8 @@ typedef enum pcops_fps_variant {
                                     (those the round proves are the next ones) */
     PCOPS_FPS_BUCKET_ROUNDS_CLUSTER = 10, /* CUDA (sm_90), float32: the same, the buckets of a
                                              cloud spread over a cluster of 2-8 blocks */
+    PCOPS_FPS_BLOCK_PRUNED = 11, /* CUDA: BLOCK with the points dealt to the warps by space; a
+                                    step skips the warps the new sample cannot change */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */
@@ -365,8 +367,9 @@ pcops_status pcops_fps_layout_cpu(const int64_t* batch, int64_t N, double ratio,
  * registers, no clusters on the device, a grid that is not co-resident) or any
  * N > 2**31 - 1 returns cudaErrorInvalidValue. Every plan returns the same bits. */
 typedef struct pcops_fps_cuda_plan {
-    int variant;            /* the path: SIMPLE, WARP, BLOCK, CLUSTER, GRID, BUCKET, BUCKET_GROUPS,
-                               BUCKET_ROUNDS or BUCKET_ROUNDS_CLUSTER (never AUTO) */
+    int variant;            /* the path: SIMPLE, WARP, BLOCK, BLOCK_PRUNED, CLUSTER, GRID,
+                               BUCKET, BUCKET_GROUPS, BUCKET_ROUNDS or BUCKET_ROUNDS_CLUSTER
+                               (never AUTO) */
     int threads;            /* threads per block */
     int points_per_thread;  /* register slots per thread; 0: temp lives in the workspace;
                                BUCKET, BUCKET_GROUPS, BUCKET_ROUNDS*: points per lane of a
@@ -374,7 +377,7 @@ typedef struct pcops_fps_cuda_plan {
     int bucket_slots;       /* BUCKET: buckets each thread keeps (box and candidate);
                                BUCKET_GROUPS, BUCKET_ROUNDS*: buckets a lane (its group, 1, 2,
                                4 or 8) */
-    int warps_per_cloud;    /* WARP / BLOCK: warps sharing one cloud */
+    int warps_per_cloud;    /* WARP / BLOCK / BLOCK_PRUNED: warps sharing one cloud */
     int clouds_per_block;   /* WARP / BLOCK: clouds of one block */
     int blocks_per_cloud;   /* CLUSTER, BUCKET_ROUNDS_CLUSTER: the cluster size; GRID: the
                                blocks of the grid; BUCKET_ROUNDS: 1 */

@@ -90,10 +90,10 @@ def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tenso
 # tests and benchmarks force one with _furthest_point_sample_variant.
 FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6, "bucket": 7,
                 "bucket_groups": 8, "bucket_rounds": 9,
-                "bucket_rounds_cluster": 10}
+                "bucket_rounds_cluster": 10, "block_pruned": 11}
 CPU_VARIANTS = ("simple", "tree")
 CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket", "bucket_groups",
-                 "bucket_rounds", "bucket_rounds_cluster")
+                 "bucket_rounds", "bucket_rounds_cluster", "block_pruned")
 
 
 def _furthest_point_sample_variant(xyz: Tensor, npoint: int, lengths: Optional[Tensor] = None,

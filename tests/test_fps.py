@@ -496,6 +496,7 @@ def test_variant_op_opcheck(device, gen):
 # to 256 points).
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096},
+                      "block_pruned": {torch.float32: 8192, torch.float64: 4096},
                       "bucket_groups": {torch.float32: 4096 * 256, torch.float64: 0},
                       "bucket_rounds": {torch.float32: 4096 * 256, torch.float64: 0},
                       "bucket_rounds_cluster": {torch.float32: 8 * 4096 * 256, torch.float64: 0}}
@@ -508,8 +509,8 @@ def _skip_unless_path_takes(variant, dtype, N=1):
         pytest.skip(f"{variant} does not take {dtype} clouds of {N} points (tested to refuse)")
 
 
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket",
-                                     "bucket_groups", "bucket_rounds",
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "block_pruned", "cluster", "grid",
+                                     "bucket", "bucket_groups", "bucket_rounds",
                                      "bucket_rounds_cluster"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
@@ -614,6 +615,43 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, variant, ca
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
+@pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm", "huge", "blobs",
+                                  "nonfinite", "plane", "line"])
+@pytest.mark.parametrize("N", [129, 1000, 4096, 8192])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_block_pruned_every_sample_equals_cpu(cuda, gen, case, N, dtype):
+    """block_pruned (the block path skipping the warps a sample cannot change) sampled down to
+    every point: the late steps skip most warps, ties and duplicates meet the skipped warps'
+    stale farthest, non-finite points sit outside every box, a plane or a line gives flat
+    boxes; ragged lengths and random starts."""
+    _skip_unless_path_takes("block_pruned", dtype, N)
+    if case == "blobs":
+        centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
+        which = torch.randint(0, 6, (3, N), generator=gen)
+        pts = torch.randn(3, N, 3, generator=gen, dtype=torch.float64) * 0.05
+        xyz = (torch.gather(centres, 1, which[..., None].expand(-1, -1, 3)) + pts).to(dtype)
+        lengths = random_lengths(3, N, gen)
+        lengths[0] = N
+        start = torch.randint(0, N, (3,), generator=gen) % lengths.clamp(min=1)
+    elif case in ("nonfinite", "plane", "line"):
+        xyz, lengths, start = _path_inputs("uniform", 3, N, gen, dtype)
+        if case == "nonfinite":
+            xyz[0, 17, 1] = float("nan")
+            xyz[0, N // 2, 2] = float("inf")
+            xyz[1, 5, 0] = float("-inf")
+            xyz[1, 6] = float("nan")
+        elif case == "plane":
+            xyz[..., 2] = 1.0
+        else:
+            xyz[..., 1:] = 0.25
+    else:
+        xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
+    cpu = fps_variant(xyz, N, lengths, start, variant="simple")
+    gpu = fps_variant(xyz.cuda(), N, lengths.cuda(), start.cuda(), variant="block_pruned")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
 @pytest.mark.parametrize("variant", BUCKET_PATHS)
 def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
     """The real scans, ragged in one batch, sampled down to every point (the late steps, where
@@ -665,8 +703,8 @@ def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, variant, case, N, 
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", ["simple", "warp", "block", "cluster", "grid", "bucket",
-                                     "bucket_groups", "bucket_rounds",
+@pytest.mark.parametrize("variant", ["simple", "warp", "block", "block_pruned", "cluster", "grid",
+                                     "bucket", "bucket_groups", "bucket_rounds",
                                      "bucket_rounds_cluster"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
