@@ -22,7 +22,10 @@
  *   BLOCK_PRUNED  the block path with the cloud dealt to the warps by space (a counting sort
  *            of its points into Morton-ordered cells, in shared memory, at the start); each
  *            warp keeps the box of its points and skips a step when the new sample is as far
- *            from the box as the warp's farthest temp: late steps update a few warps.
+ *            from the box as the warp's farthest temp: late steps update a few warps. Float
+ *            clouds of 8193-12288 points keep their points in shared memory. AUTO from 2048
+ *            points to the block path's cap, and for float clouds up to 12288 points with
+ *            fewer than 2048 samples.
  *   CLUSTER  (sm_90) a thread-block cluster per cloud; each block holds a slice of the cloud
  *            (in registers, or temp in the workspace for clouds too large for them) and
  *            publishes its candidate in shared memory; after one cluster barrier every warp
@@ -342,17 +345,24 @@ fps_group_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
 // point then stays what it was. Late in a run a sample changes the temps of a few neighbours
 // only, so most warps skip most steps. Each thread's slots hold its points in ascending index
 // order (a sorting network at the start), so fps_visit's strict > keeps the lower index of a
-// tie as in RegisterPoints; the warps combine by the full key. Same bits as BLOCK.
+// tie as in RegisterPoints; the warps combine by the full key. Same bits as BLOCK. Float clouds
+// past 8192 points (up to 24 warps of 16 a thread) keep the points in shared memory instead
+// (kSmem: float4 x, y, z, index, each lane reading back only its own slots; the temps stay in
+// registers), so that the block can have more, smaller warp regions than registers allow.
 
 constexpr int kPrunedCellBits = 4;  // 16 cells an axis
+constexpr int64_t kPrunedMaxFloat = 24 * 32 * 16;  // float points a block takes (plan_pruned)
 constexpr int kPrunedCells = 1 << (3 * kPrunedCellBits);
 
 // Dynamic shared memory of BLOCK_PRUNED: the slots (2 * warps candidates), the cell counts, the
 // sorted order and each point's (cell, rank).
+// kSmem (float): the points (x, y, z, index) live in shared memory as float4, 16 bytes a slot of
+// the block (warps * 32 * PPT slots), over the sort's scratch; only the temps are registers.
 template <typename T>
-size_t pruned_smem_bytes(int warps, int64_t N) {
-    return (size_t)2 * warps * sizeof(Candidate<T>) + (size_t)(kPrunedCells + 1) * 4 +
-           (size_t)2 * (N > 0 ? N : 1) * 4;
+size_t pruned_smem_bytes(int warps, int64_t N, bool smem_points = false, int ppt = 0) {
+    const size_t scratch = (size_t)(kPrunedCells + 1) * 4 + (size_t)2 * (N > 0 ? N : 1) * 4;
+    const size_t points = smem_points ? (size_t)warps * 32 * ppt * 16 : 0;
+    return (size_t)2 * warps * sizeof(Candidate<T>) + (scratch > points ? scratch : points);
 }
 
 // The cell (Morton order) of a coordinate triple in the box [lo, lo + 16 / inv).
@@ -372,12 +382,18 @@ __device__ __forceinline__ uint32_t pruned_cell(T x, T y, T z, const T lo[3], co
 }
 
 // At most 16 warps (plan_pruned): 128 registers a thread for the five arrays of PPT (x, y, z,
-// temp, index; 16 float slots: 128 registers, no spills on sm_90).
-template <typename T, int PPT>
-__global__ void __launch_bounds__(512)
+// temp, index; 16 float slots: 128 registers, no spills on sm_90); 32 float slots: 10 warps.
+template <typename T, int PPT, bool kSmem>
+constexpr int pruned_max_threads() {
+    return kSmem ? 768 : PPT * (int)sizeof(T) <= 64 ? 512 : 320;
+}
+
+template <typename T, int PPT, bool kSmem = false>
+__global__ void __launch_bounds__(pruned_max_threads<T, PPT, kSmem>())
 fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
                   const int64_t* __restrict__ start, int64_t B, int64_t N, int64_t npoint,
                   int64_t* __restrict__ idx, T* __restrict__ dist2, int warps) {
+    static_assert(!kSmem || sizeof(T) == 4, "shared-memory points are float4");
     extern __shared__ __align__(16) unsigned char fps_smem[];
     Candidate<T>* slots = reinterpret_cast<Candidate<T>*>(fps_smem);
     uint32_t* counts = reinterpret_cast<uint32_t*>(slots + 2 * warps);  // [kPrunedCells + 1]
@@ -465,13 +481,16 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     __syncthreads();
 
     // the thread's points: sorted positions w * 32 * PPT + p * 32 + lane, then by index
-    T x[PPT], y[PPT], z[PPT], temp[PPT];
+    constexpr int R = kSmem ? 1 : PPT;  // coordinate registers
+    T x[R], y[R], z[R], temp[PPT];
     int id[PPT];
 #pragma unroll
     for (int p = 0; p < PPT; ++p) {
         const int s = w * 32 * PPT + p * 32 + lane;
         id[p] = s < L ? (int)order[s] : INT_MAX;
     }
+    float4* spts = reinterpret_cast<float4*>(counts);  // kSmem: over the sort's scratch
+    if (kSmem) __syncthreads();  // every thread has read its part of order
 #pragma unroll
     for (int r = 0; r < PPT; ++r)  // odd-even transposition sort of the indices
 #pragma unroll
@@ -485,17 +504,25 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
 #pragma unroll
     for (int p = 0; p < PPT; ++p) {
         const bool valid = id[p] != INT_MAX;
-        x[p] = valid ? row.cloud[3 * (int64_t)id[p] + 0] : T(0);
-        y[p] = valid ? row.cloud[3 * (int64_t)id[p] + 1] : T(0);
-        z[p] = valid ? row.cloud[3 * (int64_t)id[p] + 2] : T(0);
+        const T px = valid ? row.cloud[3 * (int64_t)id[p] + 0] : T(0);
+        const T py = valid ? row.cloud[3 * (int64_t)id[p] + 1] : T(0);
+        const T pz = valid ? row.cloud[3 * (int64_t)id[p] + 2] : T(0);
+        if constexpr (kSmem) {
+            spts[w * 32 * PPT + p * 32 + lane] =
+                make_float4(px, py, pz, __int_as_float(id[p]));
+        } else {
+            x[p] = px;
+            y[p] = py;
+            z[p] = pz;
+        }
         temp[p] = valid ? T(INFINITY) : T(-INFINITY);
         if (valid) {
-            wlo[0] = fmin(wlo[0], x[p]);
-            wlo[1] = fmin(wlo[1], y[p]);
-            wlo[2] = fmin(wlo[2], z[p]);
-            whi[0] = fmax(whi[0], x[p]);
-            whi[1] = fmax(whi[1], y[p]);
-            whi[2] = fmax(whi[2], z[p]);
+            wlo[0] = fmin(wlo[0], px);
+            wlo[1] = fmin(wlo[1], py);
+            wlo[2] = fmin(wlo[2], pz);
+            whi[0] = fmax(whi[0], px);
+            whi[1] = fmax(whi[1], py);
+            whi[2] = fmax(whi[2], pz);
         }
     }
 #pragma unroll
@@ -524,8 +551,15 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
             Candidate<T> c = no_candidate<T>();
 #pragma unroll
             for (int p = 0; p < PPT; ++p) {
-                if (id[p] == cur) temp[p] = T(-1);
-                fps_visit(x[p], y[p], z[p], temp[p], id[p], cx, cy, cz, c);
+                if constexpr (kSmem) {  // each lane reads back only the slots it wrote
+                    const float4 v = spts[w * 32 * PPT + p * 32 + lane];
+                    const int n = __float_as_int(v.w);
+                    if (n == cur) temp[p] = T(-1);
+                    fps_visit(T(v.x), T(v.y), T(v.z), temp[p], n, cx, cy, cz, c);
+                } else {
+                    if (id[p] == cur) temp[p] = T(-1);
+                    fps_visit(x[p], y[p], z[p], temp[p], id[p], cx, cy, cz, c);
+                }
             }
             wbest = warp_farthest(c);
         }
@@ -1820,14 +1854,16 @@ bool plan_pruned(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
         ppt = 16;
     }
     const int64_t warps = std::max<int64_t>(2, (Np + 32LL * ppt - 1) / (32LL * ppt));
-    if (warps > 16) return false;
+    // past 16 warps (float, > 8192 points) the points move to shared memory: up to 24 warps
+    if (warps > (sizeof(T) == 4 ? 24 : 16)) return false;
     p->points_per_thread = ppt;
     p->warps_per_cloud = (int)warps;
     p->clouds_per_block = 1;
     p->threads = 32 * (int)warps;
     p->blocks_per_cloud = 1;
     p->blocks = B;
-    return pruned_smem_bytes<T>(p->warps_per_cloud, N) <= 200 * 1024;
+    return pruned_smem_bytes<T>(p->warps_per_cloud, N, p->warps_per_cloud > 16, ppt) <=
+           200 * 1024;
 }
 
 template <typename T>
@@ -1893,7 +1929,10 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         // Small clouds: a warp or two each, several per block (latency of one warp's shuffles).
         // Clouds that fit one block's registers: a block each, from 2048 points with the warps
         // skipping what a sample cannot change (BLOCK_PRUNED; 1024 points x32 -> 512: 0.236 ms
-        // against the block path's 0.202, so not below 2048). Larger clouds: the buckets, a
+        // against the block path's 0.202, so not below 2048); float clouds up to 12288 points
+        // with fewer than 2048 samples too, their points in shared memory (6 x 10000 -> 1000:
+        // 0.93 ms against BUCKET_GROUPS' 1.31; 6 x 12288 -> 2000: 1.89 against 2.49; with more
+        // samples the rounds catch up: 6 x 10240 -> 2000, 2.03 against 1.98). Larger clouds: the buckets, a
         // block each (on the H100, FPS 16384 of 16384 points x8: 5.9 ms vs 9.4 for clusters of
         // 8; 16384 of the KITTI scan: 31 ms vs 44 for the grid, and 36 ms vs 326 for 8 scans);
         // float32 up to 2**20 points: the grouped buckets, faster than BUCKET on every size
@@ -1910,6 +1949,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         if (N <= 512) variant = PCOPS_FPS_WARP;
         else if (N < 2048) variant = PCOPS_FPS_BLOCK;
         else if (N <= block_cap) variant = PCOPS_FPS_BLOCK_PRUNED;
+        else if (f32 && N <= kPrunedMaxFloat && npoint < 2048) variant = PCOPS_FPS_BLOCK_PRUNED;
         else if (f32 && d.major >= 9 && N >= 32768 && B * 8 <= d.sms && N <= 8 * 4096 * 256)
             variant = PCOPS_FPS_BUCKET_ROUNDS_CLUSTER;
         else if (f32 && N <= kMaxBucketGroups * 8 * 256)
@@ -2143,6 +2183,30 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
     if (p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_GROUPS ||
         p->variant == PCOPS_FPS_BUCKET_ROUNDS || p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER)
         return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
+    if (p->variant == PCOPS_FPS_BLOCK_PRUNED) {
+        const bool smem_points = p->warps_per_cloud > 16;
+        auto launch = [&](auto kernel) -> cudaError_t {
+            const size_t smem = pruned_smem_bytes<T>(p->warps_per_cloud, N, smem_points,
+                                                     p->points_per_thread);
+            cudaError_t err = cudaSuccess;
+            if (smem > 48 * 1024)  // above 48 KB a kernel opts in
+                err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem);
+            if (err != cudaSuccess) return err;
+            kernel<<<(unsigned)p->blocks, p->threads, smem, stream>>>(
+                xyz, lengths, start, B, N, npoint, idx, dist2, p->warps_per_cloud);
+            return cudaGetLastError();
+        };
+        switch (p->points_per_thread) {
+            case 8: return launch(fps_pruned_kernel<T, 8>);
+            case 16:
+                if constexpr (sizeof(T) == 4)
+                    return smem_points ? launch(fps_pruned_kernel<T, 16, true>)
+                                       : launch(fps_pruned_kernel<T, 16>);
+                return cudaErrorInvalidValue;
+            default: return cudaErrorInvalidValue;
+        }
+    }
     T* temp = s.temp;
     Candidate<T>* slots = s.slots;
     return with_points<T>(p->points_per_thread, [&](auto pts) -> cudaError_t {
@@ -2157,23 +2221,6 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
                     xyz, lengths, start, B, N, npoint, temp, idx, dist2, p->warps_per_cloud,
                     p->clouds_per_block);
                 return cudaGetLastError();
-            }
-            case PCOPS_FPS_BLOCK_PRUNED: {
-                if constexpr (Points::kPerThread == 0) {
-                    return cudaErrorInvalidValue;
-                } else {
-                    auto kernel = fps_pruned_kernel<T, Points::kPerThread>;
-                    const size_t smem = pruned_smem_bytes<T>(p->warps_per_cloud, N);
-                    cudaError_t err = cudaSuccess;
-                    if (smem > 48 * 1024)  // above 48 KB a kernel opts in
-                        err = cudaFuncSetAttribute(kernel,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)smem);
-                    if (err != cudaSuccess) return err;
-                    kernel<<<(unsigned)p->blocks, p->threads, smem, stream>>>(
-                        xyz, lengths, start, B, N, npoint, idx, dist2, p->warps_per_cloud);
-                    return cudaGetLastError();
-                }
             }
             case PCOPS_FPS_CLUSTER: {
                 cudaLaunchConfig_t config = {};

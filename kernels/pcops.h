@@ -112,7 +112,8 @@ typedef enum pcops_fps_variant {
     PCOPS_FPS_BUCKET_ROUNDS_CLUSTER = 10, /* CUDA (sm_90), float32: the same, the buckets of a
                                              cloud spread over a cluster of 2-8 blocks */
     PCOPS_FPS_BLOCK_PRUNED = 11, /* CUDA: BLOCK with the points dealt to the warps by space; a
-                                    step skips the warps the new sample cannot change */
+                                    step skips the warps the new sample cannot change (float up
+                                    to 12288 points, double up to 4096) */
 } pcops_fps_variant;
 
 /* Workspace of the CPU paths (any variant). */

@@ -496,7 +496,7 @@ def test_variant_op_opcheck(device, gen):
 # to 256 points).
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096},
-                      "block_pruned": {torch.float32: 8192, torch.float64: 4096},
+                      "block_pruned": {torch.float32: 12288, torch.float64: 4096},
                       "bucket_groups": {torch.float32: 4096 * 256, torch.float64: 0},
                       "bucket_rounds": {torch.float32: 4096 * 256, torch.float64: 0},
                       "bucket_rounds_cluster": {torch.float32: 8 * 4096 * 256, torch.float64: 0}}
@@ -617,7 +617,7 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, variant, ca
 
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm", "huge", "blobs",
                                   "nonfinite", "plane", "line"])
-@pytest.mark.parametrize("N", [129, 1000, 4096, 8192])
+@pytest.mark.parametrize("N", [129, 1000, 4096, 8192, 10240, 12288])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_block_pruned_every_sample_equals_cpu(cuda, gen, case, N, dtype):
     """block_pruned (the block path skipping the warps a sample cannot change) sampled down to
