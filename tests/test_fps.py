@@ -713,6 +713,17 @@ def test_cuda_sanitizer_every_path(cuda, gen, variant):
 
 
 @pytest.mark.sanitizer
+def test_cuda_sanitizer_block_pruned_shared_points(cuda, gen):
+    """block_pruned past 8192 float points: the points in shared memory over the sort's scratch
+    (20 warps), a ragged batch with duplicates."""
+    xyz, lengths, start = _path_inputs("duplicates", 2, 10_000, gen, torch.float32)
+    gpu = fps_variant(xyz.cuda(), 300, lengths.cuda(), start.cuda(), variant="block_pruned")
+    cpu = fps_variant(xyz, 300, lengths, start, variant="simple")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
+
+
+@pytest.mark.sanitizer
 @pytest.mark.parametrize("variant", ["bucket_groups", "bucket_rounds",
                                      "bucket_rounds_cluster"])
 @pytest.mark.parametrize("N", [40_000, 70_000])
