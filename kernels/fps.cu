@@ -61,6 +61,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -354,13 +355,13 @@ constexpr int kPrunedCellBits = 4;  // 16 cells an axis
 constexpr int64_t kPrunedMaxFloat = 24 * 32 * 16;  // float points a block takes (plan_pruned)
 constexpr int kPrunedCells = 1 << (3 * kPrunedCellBits);
 
-// Dynamic shared memory of BLOCK_PRUNED: the slots (2 * warps candidates), the cell counts, the
-// sorted order and each point's (cell, rank).
+// Dynamic shared memory of BLOCK_PRUNED: the slots (2 * warps candidates), the cell counts, each
+// point's (cell, rank) and the sorted order (16-bit indices: clouds of at most 65535 points).
 // kSmem (float): the points (x, y, z, index) live in shared memory as float4, 16 bytes a slot of
 // the block (warps * 32 * PPT slots), over the sort's scratch; only the temps are registers.
 template <typename T>
 size_t pruned_smem_bytes(int warps, int64_t N, bool smem_points = false, int ppt = 0) {
-    const size_t scratch = (size_t)(kPrunedCells + 1) * 4 + (size_t)2 * (N > 0 ? N : 1) * 4;
+    const size_t scratch = (size_t)(kPrunedCells + 1) * 4 + (size_t)(N > 0 ? N : 1) * (4 + 2);
     const size_t points = smem_points ? (size_t)warps * 32 * ppt * 16 : 0;
     return (size_t)2 * warps * sizeof(Candidate<T>) + (scratch > points ? scratch : points);
 }
@@ -397,8 +398,8 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     extern __shared__ __align__(16) unsigned char fps_smem[];
     Candidate<T>* slots = reinterpret_cast<Candidate<T>*>(fps_smem);
     uint32_t* counts = reinterpret_cast<uint32_t*>(slots + 2 * warps);  // [kPrunedCells + 1]
-    uint32_t* order = counts + kPrunedCells + 1;                         // [N]
-    uint32_t* packed = order + (N > 0 ? N : 1);                         // [N]: cell << 16 | rank
+    uint32_t* packed = counts + kPrunedCells + 1;  // [N]: cell << 16 | rank in the cell
+    uint16_t* order = reinterpret_cast<uint16_t*>(packed + (N > 0 ? N : 1));  // [N]
     __shared__ T box_red[6][32];
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int threads = warps * 32;
@@ -476,7 +477,7 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     __syncthreads();
     for (int i = tid; i < L; i += threads) {
         const uint32_t pk = packed[i];
-        order[counts[pk >> 16] + (pk & 0xffffu)] = (uint32_t)i;
+        order[counts[pk >> 16] + (pk & 0xffffu)] = (uint16_t)i;
     }
     __syncthreads();
 
@@ -2189,9 +2190,20 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
             const size_t smem = pruned_smem_bytes<T>(p->warps_per_cloud, N, smem_points,
                                                      p->points_per_thread);
             cudaError_t err = cudaSuccess;
-            if (smem > 48 * 1024)  // above 48 KB a kernel opts in
-                err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)smem);
+            if (smem > 48 * 1024) {
+                // above 48 KB a kernel opts in, per device: once, to the most plan_pruned
+                // allows (a driver call on every launch cost the small clouds' latency)
+                static std::atomic<uint64_t> opted{0};
+                int device = 0;
+                err = cudaGetDevice(&device);
+                const uint64_t bit = device < 64 ? 1ull << device : 0;
+                if (err == cudaSuccess && !(opted.load() & bit)) {
+                    err = cudaFuncSetAttribute(kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               200 * 1024);
+                    if (err == cudaSuccess) opted.fetch_or(bit);
+                }
+            }
             if (err != cudaSuccess) return err;
             kernel<<<(unsigned)p->blocks, p->threads, smem, stream>>>(
                 xyz, lengths, start, B, N, npoint, idx, dist2, p->warps_per_cloud);
