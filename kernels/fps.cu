@@ -1867,6 +1867,32 @@ bool plan_pruned(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
            200 * 1024;
 }
 
+// Launches one BLOCK_PRUNED kernel. Above 48 KB of shared memory a kernel opts in, per kernel
+// and device: once (a static per instantiation), to the most plan_pruned allows -- a driver
+// call on every launch cost the small clouds' latency.
+template <typename T, int PPT, bool kSmem>
+cudaError_t launch_pruned(const pcops_fps_cuda_plan* p, size_t smem, const T* xyz,
+                          const int64_t* lengths, const int64_t* start, int64_t B, int64_t N,
+                          int64_t npoint, int64_t* idx, T* dist2, cudaStream_t stream) {
+    auto kernel = fps_pruned_kernel<T, PPT, kSmem>;
+    if (smem > 48 * 1024) {
+        static std::atomic<uint64_t> opted{0};  // bit d: done on device d
+        int device = 0;
+        cudaError_t err = cudaGetDevice(&device);
+        if (err != cudaSuccess) return err;
+        const uint64_t bit = device < 64 ? 1ull << device : 0;
+        if (!(opted.load() & bit)) {
+            err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       200 * 1024);
+            if (err != cudaSuccess) return err;
+            opted.fetch_or(bit);
+        }
+    }
+    kernel<<<(unsigned)p->blocks, p->threads, smem, stream>>>(xyz, lengths, start, B, N, npoint,
+                                                             idx, dist2, p->warps_per_cloud);
+    return cudaGetLastError();
+}
+
 template <typename T>
 bool plan_cluster(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N, int blocks) {
     if (d.major < 9 || B > INT_MAX / 8) return false;
@@ -2186,35 +2212,19 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
         return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
     if (p->variant == PCOPS_FPS_BLOCK_PRUNED) {
         const bool smem_points = p->warps_per_cloud > 16;
-        auto launch = [&](auto kernel) -> cudaError_t {
-            const size_t smem = pruned_smem_bytes<T>(p->warps_per_cloud, N, smem_points,
-                                                     p->points_per_thread);
-            cudaError_t err = cudaSuccess;
-            if (smem > 48 * 1024) {
-                // above 48 KB a kernel opts in, per device: once, to the most plan_pruned
-                // allows (a driver call on every launch cost the small clouds' latency)
-                static std::atomic<uint64_t> opted{0};
-                int device = 0;
-                err = cudaGetDevice(&device);
-                const uint64_t bit = device < 64 ? 1ull << device : 0;
-                if (err == cudaSuccess && !(opted.load() & bit)) {
-                    err = cudaFuncSetAttribute(kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               200 * 1024);
-                    if (err == cudaSuccess) opted.fetch_or(bit);
-                }
-            }
-            if (err != cudaSuccess) return err;
-            kernel<<<(unsigned)p->blocks, p->threads, smem, stream>>>(
-                xyz, lengths, start, B, N, npoint, idx, dist2, p->warps_per_cloud);
-            return cudaGetLastError();
-        };
+        const size_t smem =
+            pruned_smem_bytes<T>(p->warps_per_cloud, N, smem_points, p->points_per_thread);
         switch (p->points_per_thread) {
-            case 8: return launch(fps_pruned_kernel<T, 8>);
+            case 8: return launch_pruned<T, 8, false>(p, smem, xyz, lengths, start, B, N, npoint,
+                                                      idx, dist2, stream);
             case 16:
-                if constexpr (sizeof(T) == 4)
-                    return smem_points ? launch(fps_pruned_kernel<T, 16, true>)
-                                       : launch(fps_pruned_kernel<T, 16>);
+                if constexpr (sizeof(T) == 4) {
+                    if (smem_points)
+                        return launch_pruned<T, 16, true>(p, smem, xyz, lengths, start, B, N,
+                                                          npoint, idx, dist2, stream);
+                    return launch_pruned<T, 16, false>(p, smem, xyz, lengths, start, B, N,
+                                                       npoint, idx, dist2, stream);
+                }
                 return cudaErrorInvalidValue;
             default: return cudaErrorInvalidValue;
         }
