@@ -418,6 +418,25 @@ def _path_inputs(case, B, N, gen, dtype):
         xyz = rand_points(B, N, gen, dtype=dtype, scale=300.0, offset=4.5e5)
     elif case == "huge":  # squared distances overflow float32 to inf in parts of the cloud
         xyz = rand_points(B, N, gen, dtype=dtype, scale=3e19, offset=-1.5e19)
+    elif case == "blobs":  # dense blobs far apart: most of a cloud's space empty
+        centres = torch.rand(B, 6, 3, generator=gen, dtype=torch.float64) * 100
+        which = torch.randint(0, 6, (B, N), generator=gen)
+        pts = torch.randn(B, N, 3, generator=gen, dtype=torch.float64) * 0.05
+        xyz = (torch.gather(centres, 1, which[..., None].expand(-1, -1, 3)) + pts).to(dtype)
+    else:  # uniform, then NaN / inf points, or flat ("plane") or collinear ("line") clouds
+        xyz = rand_points(B, N, gen, dtype=dtype)
+        if case == "nonfinite":
+            for b, n, a, v in ((0, 17, 1, "nan"), (0, N // 2, 2, "inf"), (1, 5, 0, "-inf")):
+                if b < B and n < N:
+                    xyz[b, n, a] = float(v)
+            if B > 1 and N > 6:
+                xyz[1, 6] = float("nan")
+        elif case == "plane":
+            xyz[..., 2] = 1.0
+        elif case == "line":
+            xyz[..., 1:] = 0.25
+        else:
+            raise ValueError(f"unknown case {case}")
     lengths = random_lengths(B, N, gen)
     lengths[0] = N
     start = torch.randint(0, max(N, 1), (B,), generator=gen) % lengths.clamp(min=1)
@@ -596,19 +615,7 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, variant, ca
     NaN and inf coordinates (whose temps stay +inf), flat and collinear clouds (flat boxes)
     must still give the simple path's bits."""
     _skip_unless_path_takes(variant, dtype)
-    if case == "huge":
-        xyz, lengths, start = _path_inputs("huge", 3, 9000, gen, dtype)
-    else:
-        xyz, lengths, start = _path_inputs("uniform", 3, 9000, gen, dtype)
-        if case == "nonfinite":
-            xyz[0, 17, 1] = float("nan")
-            xyz[0, 4000, 2] = float("inf")
-            xyz[1, 5, 0] = float("-inf")
-            xyz[1, 6] = float("nan")
-        elif case == "plane":
-            xyz[..., 2] = 1.0
-        else:
-            xyz[..., 1:] = 0.25
+    xyz, lengths, start = _path_inputs(case, 3, 9000, gen, dtype)
     cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
     gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
@@ -625,27 +632,7 @@ def test_cuda_block_pruned_every_sample_equals_cpu(cuda, gen, case, N, dtype):
     stale farthest, non-finite points sit outside every box, a plane or a line gives flat
     boxes; ragged lengths and random starts."""
     _skip_unless_path_takes("block_pruned", dtype, N)
-    if case == "blobs":
-        centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
-        which = torch.randint(0, 6, (3, N), generator=gen)
-        pts = torch.randn(3, N, 3, generator=gen, dtype=torch.float64) * 0.05
-        xyz = (torch.gather(centres, 1, which[..., None].expand(-1, -1, 3)) + pts).to(dtype)
-        lengths = random_lengths(3, N, gen)
-        lengths[0] = N
-        start = torch.randint(0, N, (3,), generator=gen) % lengths.clamp(min=1)
-    elif case in ("nonfinite", "plane", "line"):
-        xyz, lengths, start = _path_inputs("uniform", 3, N, gen, dtype)
-        if case == "nonfinite":
-            xyz[0, 17, 1] = float("nan")
-            xyz[0, N // 2, 2] = float("inf")
-            xyz[1, 5, 0] = float("-inf")
-            xyz[1, 6] = float("nan")
-        elif case == "plane":
-            xyz[..., 2] = 1.0
-        else:
-            xyz[..., 1:] = 0.25
-    else:
-        xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
+    xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
     cpu = fps_variant(xyz, N, lengths, start, variant="simple")
     gpu = fps_variant(xyz.cuda(), N, lengths.cuda(), start.cuda(), variant="block_pruned")
     assert_equal(gpu[0], cpu[0], what="idx")
@@ -686,16 +673,7 @@ def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, variant, case, N, 
     at every step, a few updated again and again), with ragged lengths, random starts and N
     not a multiple of a bucket."""
     _skip_unless_path_takes(variant, dtype)
-    if case == "blobs":
-        centres = torch.rand(3, 6, 3, generator=gen, dtype=torch.float64) * 100
-        which = torch.randint(0, 6, (3, N), generator=gen)
-        blobs = torch.randn(3, N, 3, generator=gen, dtype=torch.float64) * 0.05
-        xyz = (torch.gather(centres, 1, which[..., None].expand(-1, -1, 3)) + blobs).to(dtype)
-        lengths = random_lengths(3, N, gen)
-        lengths[0] = N
-        start = torch.randint(0, N, (3,), generator=gen) % lengths.clamp(min=1)
-    else:
-        xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
+    xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
     cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
     gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
