@@ -239,14 +239,16 @@ static inline __attribute__((always_inline)) void knn_vkeep16_v8(knn_v8* h, int6
 #if KNN_VLIST && defined(__x86_64__)
 #define KNN_WIDE 1
 static int knn_wide_list(void) {
-    static int wide = -1;
-    if (wide < 0) {
+    static int wide = -1; /* -1: not asked yet; callers may race, on the same answer */
+    int w = __atomic_load_n(&wide, __ATOMIC_RELAXED);
+    if (w < 0) {
         __builtin_cpu_init();
-        wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx512cd");
+        w = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512cd");
+        __atomic_store_n(&wide, w, __ATOMIC_RELAXED);
     }
-    return wide;
+    return w;
 }
 #else
 #define KNN_WIDE 0
