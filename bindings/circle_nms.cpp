@@ -190,7 +190,9 @@ at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, 
     launch_cuda(op, c, 0, nullptr, out.data_ptr<int64_t>(), count.device);
     // The one host synchronisation: the output size depends on the data.
     c10::cuda::stream_synchronize(at::cuda::getCurrentCUDAStream());
-    return out.narrow(0, 0, output_size(*count.host, max_out));
+    // shrink the fresh output in place (no view, no dispatch): keep_idx[:K]
+    out.unsafeGetTensorImpl()->set_sizes_contiguous({output_size(*count.host, max_out)});
+    return out;
 }
 
 at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& scores,

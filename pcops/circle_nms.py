@@ -53,8 +53,9 @@ def circle_nms(
         descending score).
 
     Memory: on CUDA, up to 4096 boxes run in one thread block's shared memory (one launch, no
-    workspace); more sort the boxes into a spatial grid in a workspace of about 120 bytes per
-    box and scan them with one thread block; at most 4194240 boxes. The CPU needs O(N).
+    workspace); more sort the boxes into a spatial grid in a workspace of about 250 bytes per
+    box (the neighbour lists of the parallel rounds); at most 4194240 boxes. The CPU needs
+    O(N).
 
     Example:
         >>> boxes = torch.rand(1000, 7) * 50            # x, y, z, l, w, h, yaw
@@ -92,7 +93,7 @@ def circle_nms_mask(
     Returns:
         bool ``[N]``: True where the box is kept.
 
-    Memory: as :func:`circle_nms` (none up to 4096 boxes, else about 120 bytes per box of
+    Memory: as :func:`circle_nms` (none up to 4096 boxes, else about 250 bytes per box of
     workspace on CUDA).
 
     Example:

@@ -678,6 +678,26 @@ def path_cases(gen):
     c[:, 0] *= 50.0
     c[:, 1] /= 50.0
     cases.append(("elongated", c, s, 0.5, None))
+    # chains: boxes on a line 0.45 apart (radius 0.5), visited along it, so that each box's
+    # fate waits on the one before (the in-order pass after the rounds), and a zigzag of two
+    # interleaved lines visited in random order
+    for N in (3000, BLOCK_MAX + 1000):  # the second: grid path rounds on the whole GPU too
+        c = torch.zeros(N, 3)
+        c[:, 0] = torch.arange(N, dtype=torch.float32) * 0.45
+        s = torch.linspace(1.0, 0.0, N)
+        cases.append((f"chain N={N}", c, s, 0.5, None))
+    c = torch.zeros(5000, 3)
+    c[:, 0] = torch.arange(5000, dtype=torch.float32) * 0.3
+    c[1::2, 1] = 0.35
+    cases.append(("zigzag, random scores", c, torch.rand(5000, generator=gen), 0.5, None))
+    # clusters of many boxes (more preds than the grid path stores per box), with groups
+    objects = torch.rand(150, 2, generator=gen, dtype=torch.float64) * 40
+    which = torch.randint(0, 150, (7000,), generator=gen)
+    xy = objects[which] + torch.randn(7000, 2, generator=gen, dtype=torch.float64) * 0.4
+    c = torch.cat([xy, torch.zeros(7000, 1, dtype=torch.float64)], 1).float()
+    g = torch.randint(0, 2, (7000,), generator=gen)
+    cases.append(("clusters, groups", c, torch.rand(7000, generator=gen), 0.5, g))
+    cases.append(("clusters", c[:4000], torch.rand(4000, generator=gen), 0.5, None))
     # float64 scores that differ only below float32's resolution (equal once rounded)
     c, _, _ = detections(2000, gen, density=20.0)
     s = 0.5 + torch.randperm(2000, generator=gen).double() * 1e-13
@@ -765,6 +785,27 @@ def test_cuda_paths_sanitizer(cuda, gen, variant, N):
     got = variant_op(*to(cuda, c, s)[:2], 0.6, g.cuda(), variant)
     for a, b in zip(got, want):
         assert_equal(a, b)
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("case", ["uniform", "chain", "dense"])
+def test_cuda_grid_rounds_sanitizer(cuda, gen, case):
+    """The grid path above 4096 boxes: rounds on the whole GPU, then the one-block rounds and
+    the in-order pass (a chain of boxes, each waiting on the one before) and the pred slots
+    overflowing (dense: every box within the radius of hundreds)."""
+    N = 4500
+    c, s, g = detections(N, gen, n_groups=2, grid=4)
+    radius = 0.6
+    if case == "chain":
+        c = torch.zeros(N, 3)
+        c[:, 0] = torch.arange(N, dtype=torch.float32) * 0.5
+        s, g = torch.linspace(1.0, 0.0, N), None
+    elif case == "dense":
+        c = c / 20.0
+    want = cpu_variant(c, s, radius, g)
+    got = variant_op(*to(cuda, c, s)[:2], radius, None if g is None else g.cuda(), 0)
+    for a, b in zip(got, want):
+        assert_equal(a, b, what=case)
 
 
 @pytest.mark.sanitizer
