@@ -46,9 +46,10 @@ def sanitizer_row(out, tool):
     log = read(os.path.join(out, f"sanitizer_{tool}.log"))
     if log is None:
         return [tool, "not run", "", "", ""]
-    m = re.search(r"ERROR SUMMARY: (\d+) error", log) or re.search(
+    # one summary per sanitizer run (racecheck runs once per test file): their sum
+    counts = re.findall(r"ERROR SUMMARY: (\d+) error", log) + re.findall(
         r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", log)
-    total = m.group(1) if m else "?"
+    total = str(sum(int(c) for c in counts)) if counts else "?"
     lines = log.splitlines()
     ours = other = 0
     for i, line in enumerate(lines):
@@ -58,9 +59,14 @@ def sanitizer_row(out, tool):
                 ours += 1
             elif " at " in window:
                 other += 1
-    tests = re.findall(r"(\d+ passed[^\n]*)", log)
+    runs = re.findall(r"^(?:\d+ \w+(?:, )?)+ in [\d.]+s", log, re.M)  # pytest's last lines
+    def summed(word):
+        return sum(int(n) for run in runs for n in re.findall(rf"(\d+) {word}", run))
+    tests = (f"{summed('passed')} passed, {summed('failed')} failed, {summed('error')} errors, "
+             f"{summed('skipped')} skipped ({len(runs)} run{'s' if len(runs) != 1 else ''})"
+             if runs else "no test summary")
     rc = (read(os.path.join(out, f"sanitizer_{tool}.rc")) or "?").strip()
-    return [tool, total, ours, other, (tests[-1] if tests else "no test summary") + f" (rc {rc})"]
+    return [tool, total, ours, other, tests + f" (rc {rc})"]
 
 
 def table(header, rows):
