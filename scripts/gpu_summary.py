@@ -50,6 +50,9 @@ def sanitizer_row(out, tool):
     counts = re.findall(r"ERROR SUMMARY: (\d+) error", log) + re.findall(
         r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", log)
     total = str(sum(int(c) for c in counts)) if counts else "?"
+    warnings = sum(int(w) for w in re.findall(r"RACECHECK SUMMARY: .*?(\d+) warning", log))
+    if warnings:  # racecheck's possible hazards (e.g. shared memory read, then written by another
+        total += f" (+{warnings} warnings)"  # lane with no __syncwarp in between)
     lines = log.splitlines()
     ours = other = 0
     for i, line in enumerate(lines):
