@@ -2,11 +2,14 @@
 // kernels/circle_nms.* (which also compute the visiting order from the scores).
 //
 // Per CUDA call: circle_nms allocates keep_idx (N int64), launches (one kernel for N <= 4096)
-// whose count goes straight into a pinned, device-mapped host slot, and synchronises the stream
-// once (its one host synchronisation: the output size depends on the data; no copy is queued
-// after the kernel); circle_nms_mask allocates keep_mask and launches, nothing else. The grid
-// path (N > 4096) adds one workspace allocation. N = 0 launches nothing. Half inputs are upcast
-// first (exact: same order, same ties).
+// whose count goes straight into a pinned, device-mapped host slot, and waits for that count
+// (its one host synchronisation: the output size depends on the data; no copy is queued after
+// the kernel). The kernel writes the count before its outputs, and the host polls the slot, so
+// the call returns while the kernel finishes keep_idx (stream order covers every later use);
+// past kPollUs it falls back to cudaStreamSynchronize (long kernels: the runtime's own wait).
+// circle_nms_mask allocates keep_mask and launches, nothing else. The grid path (N > 4096)
+// adds one workspace allocation. N = 0 launches nothing. Half inputs are upcast first (exact:
+// same order, same ties).
 //
 // Autograd: the outputs are int64 / bool, so nothing is differentiable; a fallthrough for the
 // Autograd key keeps the call in C++ (inputs that require grad are accepted, the outputs come
@@ -19,6 +22,8 @@
 
 #ifdef PCOPS_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
+
+#include <chrono>
 #endif
 
 namespace pcops {
@@ -154,8 +159,8 @@ NmsInputs prepare_cuda(const char* op, const at::Tensor& centers, const at::Tens
 }
 
 // A pinned host slot per thread for the count, mapped into the device address space (portable:
-// every device's kernels can write it). A call synchronises before it returns, so one slot per
-// thread is never shared by two calls in flight.
+// every device's kernels can write it). A call returns once its kernel has written the count,
+// and the kernel writes it once, so one slot per thread is never written by two calls.
 struct CountSlot {
     int64_t* host = nullptr;
     int64_t* device = nullptr;
@@ -178,6 +183,31 @@ CountSlot pinned_count_slot() {
     return slot.s;
 }
 
+// How long circle_nms polls the count before it hands the wait to the runtime (microseconds):
+// the single-block path (N <= 4096) ends well within it.
+constexpr int64_t kPollUs = 200;
+
+// Waits for the count the kernels write into the slot (set to -1 before the launch). Polls the
+// slot; every 64 polls it checks the clock, and past kPollUs (or when the stream reports an
+// error) it synchronises the stream the usual way, which raises a failed launch's error.
+int64_t wait_for_count(const char* op, volatile int64_t* slot, cudaStream_t stream) {
+    if (C10_UNLIKELY(c10::cuda::warning_state().get_sync_debug_mode() !=
+                     c10::cuda::SyncDebugMode::L_DISABLED))
+        c10::cuda::warn_or_error_on_sync();  // torch.cuda.set_sync_debug_mode, as for a sync
+    const auto t0 = std::chrono::steady_clock::now();
+    for (uint32_t i = 1;; ++i) {
+        const int64_t v = *slot;
+        if (v >= 0) return v;
+        if ((i & 63) == 0 && std::chrono::steady_clock::now() - t0 >
+                                 std::chrono::microseconds(kPollUs))
+            break;
+    }
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const int64_t v = *slot;
+    TORCH_CHECK(v >= 0, "pcops.", op, ": the kernel ended without writing the count");
+    return v;
+}
+
 at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, double radius,
                            int64_t max_out, const std::optional<at::Tensor>& groups) {
     const char* op = "circle_nms";
@@ -186,12 +216,19 @@ at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, 
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
     at::Tensor out = at::empty({c.N}, c.centers.options().dtype(at::kLong));
     if (c.N == 0) return out;
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    TORCH_CHECK(capture == cudaStreamCaptureStatusNone, "pcops.", op,
+                ": cannot be captured in a CUDA graph (its output size depends on the data); "
+                "use pcops.circle_nms_mask there");
     const CountSlot count = pinned_count_slot();
+    *count.host = -1;  // the previous call read its count: no kernel writes this slot now
     launch_cuda(op, c, 0, nullptr, out.data_ptr<int64_t>(), count.device);
     // The one host synchronisation: the output size depends on the data.
-    c10::cuda::stream_synchronize(at::cuda::getCurrentCUDAStream());
+    const int64_t kept = wait_for_count(op, count.host, stream);
     // shrink the fresh output in place (no view, no dispatch): keep_idx[:K]
-    out.unsafeGetTensorImpl()->set_sizes_contiguous({output_size(*count.host, max_out)});
+    out.unsafeGetTensorImpl()->set_sizes_contiguous({output_size(kept, max_out)});
     return out;
 }
 

@@ -41,9 +41,10 @@
  *      nms_grid_gather_kernel (centres into visiting order, the bounding box by atomics);
  *      nms_grid_keys_kernel (the grid, cell keys) + a cub sort by cell (spatial order);
  *      nms_grid_cells_kernel (cell_begin[], boxes in spatial order); nms_grid_neighbours_kernel
- *      (per position: the three runs of spatial indices covering its 3x3 cells, diag, the far
- *      preds in up to kGridPredSlots slots, whether it has a pred at all); then three rounds on
- *      the whole GPU (nms_grid_round_kernel, a warp per row block; above 4096 boxes) and
+ *      (per position: the three runs of spatial indices covering its 3x3 cells, inpred (its
+ *      preds in its own row block, a bit each), the far preds in up to kGridPredSlots slots,
+ *      whether it has a pred at all); then three rounds on the whole GPU
+ *      (nms_grid_round_kernel, a warp per row block; above 4096 boxes) and
  *      nms_grid_rounds_kernel, one block: rounds until few row blocks are left, those in
  *      order by one warp, then the outputs.
  *    Cost: two radix sorts and O(N * neighbourhood) tests spread over the GPU, then a few
@@ -123,10 +124,11 @@ __device__ __forceinline__ uint64_t ballot64(bool a, bool b) {
 // boxes of the peer benchmark: 3 to 10 rounds instead of N/64 sequential row-block steps).
 //
 // State of a row block (64 positions): kept bits and removed bits (positions past N count as
-// removed); a position in neither is undecided. Inside a row block the preds are the diag
-// words (bit t of diag[q] is set when q < t is a pred of t), applied by a whole warp with
-// 64-bit ORs; the preds in earlier row blocks ("far") come in as two masks, far_hit (rows with
-// a kept far pred) and far_wait (rows with an undecided one).
+// removed); a position in neither is undecided. Inside a row block the preds are the in-block
+// pred words (bit t of inpred[r] is set when position base + t < r is a pred of r), one per
+// row, so a lane tests its rows against the block's kept / undecided bits and a ballot
+// gathers the answers; the preds in earlier row blocks ("far") come in as two masks, far_hit
+// (rows with a kept far pred) and far_wait (rows with an undecided one).
 //
 // Rounds stop when few row blocks are left undecided or a round decides little (a long chain
 // of preds, e.g. boxes on a line visited along it, would need a round per box); a single warp
@@ -141,18 +143,15 @@ constexpr int kRoundMinOpen = 2;      // so does having at most this many undeci
 
 // Applies the rule inside one row block up to `steps` times (until nothing changes), using
 // far_hit / far_wait for the far preds. Called by a whole warp with uniform kept / removed; lane
-// l holds da = diag[row l], db = diag[row 32 + l] of the block.
-__device__ __forceinline__ void rounds_block_steps(uint64_t da, uint64_t db, int lane,
-                                                   uint64_t far_hit, uint64_t far_wait,
-                                                   uint64_t& kept, uint64_t& removed,
-                                                   int steps) {
+// l holds pa = inpred[row l], pb = inpred[row 32 + l] of the block (four ballots a step).
+__device__ __forceinline__ void rounds_block_steps(uint64_t pa, uint64_t pb, uint64_t far_hit,
+                                                   uint64_t far_wait, uint64_t& kept,
+                                                   uint64_t& removed, int steps) {
     for (int it = 0; it < steps; ++it) {
         const uint64_t und = ~(kept | removed);
         if (!und) return;
-        const bool ka = (kept >> lane) & 1, kb = (kept >> (lane + 32)) & 1;
-        const bool ua = (und >> lane) & 1, ub = (und >> (lane + 32)) & 1;
-        const uint64_t hit_in = warp_or64((ka ? da : 0) | (kb ? db : 0));
-        const uint64_t wait_in = warp_or64((ua ? da : 0) | (ub ? db : 0));
+        const uint64_t hit_in = ballot64((pa & kept) != 0, (pb & kept) != 0);
+        const uint64_t wait_in = ballot64((pa & und) != 0, (pb & und) != 0);
         const uint64_t gone = und & (far_hit | hit_in);
         const uint64_t keep = und & ~gone & ~far_wait & ~wait_in;
         if (!(gone | keep)) return;
@@ -162,17 +161,21 @@ __device__ __forceinline__ void rounds_block_steps(uint64_t da, uint64_t db, int
 }
 
 // The row block resolved in visiting order once every earlier row block is final: rem holds
-// the rows already removed and those with a kept far pred; each row not in rem is kept and
-// removes the rows of its diag word. Returns the final removed bits (kept = ~rem). Called by a
-// whole warp (uniform rem); the diag words come from the lanes by shuffles.
-__device__ __forceinline__ uint64_t rounds_block_in_order(uint64_t da, uint64_t db,
+// the rows already removed and those with a kept far pred. A row not in rem without in-block
+// preds is kept; the rows with some are taken in order, each kept unless one of its in-block
+// preds is (every earlier row is settled by then). Returns the final removed bits (kept =
+// ~rem). Called by a whole warp (uniform rem); the pred words come from the lanes by shuffles.
+__device__ __forceinline__ uint64_t rounds_block_in_order(uint64_t pa, uint64_t pb,
                                                           uint64_t rem) {
-    uint64_t todo = ballot64(da != 0, db != 0) & ~rem;
-    while (todo) {
+    uint64_t todo = ballot64(pa != 0, pb != 0) & ~rem;
+    uint64_t kept = ~rem & ~todo;
+    for (; todo; todo &= todo - 1) {
         const int t = __ffsll((long long)todo) - 1;
-        const uint64_t d = __shfl_sync(0xffffffffu, t < 32 ? da : db, t & 31);
-        rem |= d;
-        todo &= (todo - 1) & ~rem;
+        const uint64_t p = __shfl_sync(0xffffffffu, t < 32 ? pa : pb, t & 31);
+        if (p & kept)
+            rem |= uint64_t(1) << t;
+        else
+            kept |= uint64_t(1) << t;
     }
     return rem;
 }
@@ -252,8 +255,9 @@ __device__ __forceinline__ int grid_coord(double v, double v0, double inv, int g
 // The grid over the finite centres' bounding box [lo, hi]: cells at least cell_min wide
 // (radius * (1 + 2**-10); 0 when radius2 rounds to 0: nothing is within it, any grid will do;
 // inf: one cell), at least 1/4000 of the longer side, then 1.25x wider until at most max_cells
-// cells. One cell when nothing is finite or the extent overflows. A pure function of its
-// arguments: every thread that calls it gets the same grid.
+// cells (inv = 1 / width shrinks by 0.8: one division in all; its rounding is far inside the
+// 2**-10 margin). One cell when nothing is finite or the extent overflows. A pure function of
+// its arguments: every thread that calls it gets the same grid.
 __device__ BlockGrid make_grid(double lo_x, double lo_y, double hi_x, double hi_y,
                                double cell_min, int max_cells) {
     BlockGrid gr;
@@ -268,15 +272,15 @@ __device__ BlockGrid make_grid(double lo_x, double lo_y, double hi_x, double hi_
     if (cell < side / 4000.0) cell = side / 4000.0;
     if (ex >= 0.0 && ey >= 0.0 && ex < INFINITY && ey < INFINITY && cell > 0.0 &&
         cell < INFINITY) {
-        for (;;) {
-            const double nx = floor(ex / cell) + 1.0, ny = floor(ey / cell) + 1.0;
+        // the largest coordinate grid_coord gives is floor(ex * inv): gx = that + 1
+        for (double inv = 1.0 / cell;; inv *= 0.8) {
+            const double nx = floor(ex * inv) + 1.0, ny = floor(ey * inv) + 1.0;
             if (nx * ny <= (double)max_cells) {
                 gr.gx = (int)nx;
                 gr.gy = (int)ny;
-                gr.inv = 1.0 / cell;
+                gr.inv = inv;
                 break;
             }
-            cell *= 1.25;
         }
     }
     return gr;
@@ -311,6 +315,30 @@ struct Box2 {
         for (int off = 16; off > 0; off >>= 1)
             merge({__shfl_xor_sync(all, lo_x, off), __shfl_xor_sync(all, lo_y, off),
                    __shfl_xor_sync(all, hi_x, off), __shfl_xor_sync(all, hi_y, off)});
+    }
+    // The same for a box of float centres (every bound a float or +-inf, so exact as float):
+    // on sm_80+ four integer reductions on the bounds' order-preserving bits instead of twenty
+    // shuffles of doubles.
+    template <typename T>
+    __device__ __forceinline__ void warp_reduce_of() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        if constexpr (sizeof(T) == 4) {
+            const unsigned all = 0xffffffffu;
+            auto key = [](double v) {
+                const uint32_t u = __float_as_uint((float)v);
+                return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+            };
+            auto value = [](uint32_t k) {
+                return (double)__uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+            };
+            lo_x = value(__reduce_min_sync(all, key(lo_x)));
+            lo_y = value(__reduce_min_sync(all, key(lo_y)));
+            hi_x = value(__reduce_max_sync(all, key(hi_x)));
+            hi_y = value(__reduce_max_sync(all, key(hi_y)));
+            return;
+        }
+#endif
+        warp_reduce();
     }
 };
 
@@ -396,7 +424,7 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
         if (sm.g) sm.g[p] = groups[o];
         box.add(x, y);
     }
-    box.warp_reduce();
+    box.warp_reduce_of<T>();
     if ((tid & 31) == 0) s_box[tid >> 5] = box;
     __syncthreads();  // s_box written; sm.idx (score order) read for the last time
     if (tid == 0) {
@@ -535,12 +563,12 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
     if (tid == 0) s_count = count;
     __syncthreads();
     const int64_t total = s_count;
+    if (tid == 0 && num_kept) *num_kept = total;  // first: a host may be polling it
     if (keep_mask)
         for (int p = tid; p < N; p += nthreads)
             keep_mask[sm.order[p]] = (s_kept[p / kBoxesPerWord] >> (p % kBoxesPerWord)) & 1;
     if (keep_idx)
         for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
-    if (tid == 0 && num_kept) *num_kept = total;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -553,16 +581,17 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
 //      keys): compare stages within a thread, across the lanes of a warp by shuffles, and only
 //      stages across warps through shared memory (double-buffered: one barrier each). float32
 //      scores sort one 64-bit word, key << 32 | box index (all distinct: no tie rule needed);
-//   b. the grid (cells at least the radius wide, at most 2N cells, 256 to 8192) is filled by a
+//   b. the grid (cells at least the radius wide, at most 16N cells, 256 to 16384) is filled by a
 //      counting sort (histogram, scan, scatter: three barriers), not a sort;
-//   c. one pass over the 3x3 cells around every position p: diag[p] as before, far[p], and p's
+//   c. one pass over the 3x3 cells around every position p (in cell order): inpred[p] (its
+//      preds in its own row block, a bit each) and p's
 //      earlier-block neighbours ("preds": positions q before p's row block, within the radius,
 //      same group) appended as (q, p % 64) to its row block's list, each row block owning an
 //      equal share of what is left of shared memory;
 //   d. list mode: rounds (see "Rounds"), a warp per row block, the far preds from the
 //      block's list; then warp 0 resolves the row blocks still undecided in order (its lanes
-//      OR the rows whose pred was kept out of the list, then the in-order greedy from the diag
-//      words). Push mode (a list outgrew its share: dense scenes): the scan of
+//      OR the rows whose pred was kept out of the list, then the in-order greedy from the
+//      inpred words). Push mode (a list outgrew its share: dense scenes): the scan of
 //      nms_block_kernel, kept rows with a far neighbour setting removed bits, two barriers per
 //      row block; its work is bounded by the kept boxes' neighbourhoods.
 //   e. keep_idx is written after the scan by all threads (a prefix of the kept counts of the
@@ -571,9 +600,11 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
 //      scores are already in visiting order (then nothing is gathered again).
 
 constexpr int kV2Threads = 1024;  // block size: the per-box phases want every warp
-constexpr int kV2MaxCells = 8192;
+constexpr int kV2MaxCells = 16384;   // cell indices are uint16
+constexpr int kV2MinPool = 4;         // pred-list entries a box, at least, before cells shrink
 constexpr uint16_t kV2NoCell = 0xffff;  // the cell of a non-finite centre
 constexpr int kV2PushSplit = 4;         // push mode: threads per (kept row, cell row) run
+constexpr int kV2LoadBatch = 4;         // boxes whose loads a thread issues at once
 
 // Sort items: ascending order = visiting order, every item distinct.
 template <typename S>
@@ -750,12 +781,28 @@ struct V2Smem {
     int64_t* g;          // [N] groups by position (when groups are given)
     uint16_t* cell;      // [N] cell of a position (kV2NoCell: not finite)
     uint32_t* cell_end;  // [max_cells] after the counting sort: end of each cell's run
-    uint16_t* by_cell;   // [N] positions in cell order
-    uint64_t* diag;      // [N]
+    uint16_t* by_cell;   // [N] positions in cell order, the non-finite ones last
+    uint64_t* inpred;    // [N] bit t: position rb * 64 + t (< p) is a pred of p
     uint32_t* pool;      // [pool_cap] pred entries, q << 6 | t; row block rb owns
                          // [rb * block_cap, (rb + 1) * block_cap), block_cap = pool_cap / C
     size_t fixed_end;    // byte offset of the pool
     int pool_cap;
+
+    // The carving made on the host (base NULL: the pointers are offsets), placed on the
+    // block's shared memory: a few adds instead of every thread carving again.
+    __device__ __forceinline__ V2Smem placed(unsigned char* base) const {
+        V2Smem s = *this;
+        s.order = (uint16_t*)(base + (size_t)order);
+        s.sort_buf = base + (size_t)sort_buf;
+        s.xy = (T*)(base + (size_t)xy);
+        s.g = g ? (int64_t*)(base + (size_t)g) : nullptr;
+        s.cell = (uint16_t*)(base + (size_t)cell);
+        s.cell_end = (uint32_t*)(base + (size_t)cell_end);
+        s.by_cell = (uint16_t*)(base + (size_t)by_cell);
+        s.inpred = (uint64_t*)(base + (size_t)inpred);
+        s.pool = (uint32_t*)(base + (size_t)pool);
+        return s;
+    }
 };
 
 template <typename T, typename S>
@@ -778,7 +825,7 @@ __host__ __device__ V2Smem<T> v2_smem(void* base, size_t bytes, int N, int P, in
     s.cell = (uint16_t*)take((size_t)N * sizeof(uint16_t));
     s.cell_end = (uint32_t*)take((size_t)max_cells * sizeof(uint32_t));
     s.by_cell = (uint16_t*)take((size_t)N * sizeof(uint16_t));
-    s.diag = (uint64_t*)take((size_t)N * sizeof(uint64_t));
+    s.inpred = (uint64_t*)take((size_t)N * sizeof(uint64_t));
     s.fixed_end = off;
     s.pool = (uint32_t*)(p + off);
     s.pool_cap = bytes > off ? (int)((bytes - off) / sizeof(uint32_t)) : 0;
@@ -809,32 +856,34 @@ __device__ __forceinline__ void v2_for_each_near(const V2Smem<T>& sm, const Bloc
 #define NMS_PHASE(i) ((void)0)
 #endif
 
-// One block of blockDim.x threads (a multiple of 32, at most 1024), dynamic shared memory
-// `bytes` carved by v2_smem; N in [1, kBlockMaxBoxes]; the sort: P items, E = items_per_thread
-// (1, 2 or 4) per thread, P / E <= blockDim.x (v2_sort_scores).
+// One block of blockDim.x threads (a multiple of 32, at most 1024), its dynamic shared memory
+// carved as `layout` (v2_smem with base NULL, for N, P, max_cells and whether groups are given);
+// N in [1, kBlockMaxBoxes]; the sort: P items, E = items_per_thread (1, 2 or 4) per thread,
+// P / E <= blockDim.x (v2_sort_scores).
 template <typename T, typename S>
 __global__ void __launch_bounds__(kBlockMaxThreads, 1)
 nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__ scores,
                     const int64_t* __restrict__ groups, int N, int P, int items_per_thread,
-                    int max_cells, size_t bytes, T r2, double cell_min,
+                    int max_cells, V2Smem<T> layout, T r2, double cell_min,
                     bool* __restrict__ keep_mask,
                     int64_t* __restrict__ keep_idx, int64_t* __restrict__ num_kept) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ uint64_t s_kept[kBlockMaxBoxes / kBoxesPerWord];      // kept bits by row block
     __shared__ uint32_t s_removed[kBlockMaxBoxes / 32];               // push mode
-    __shared__ uint32_t s_far[kBlockMaxBoxes / 32];                   // a bit per position
+    __shared__ uint32_t s_far[kBlockMaxBoxes / 32];  // push mode: a bit per position
     __shared__ Box2 s_box[32];
     __shared__ BlockGrid s_grid;
     __shared__ uint32_t s_warp[33];
     __shared__ int s_before[kBlockMaxBoxes / kBoxesPerWord];  // kept boxes before a row block
     __shared__ uint32_t s_fill[kBlockMaxBoxes / kBoxesPerWord];  // pred entries by row block
     __shared__ uint32_t s_overflow;  // a row block has more pred entries than its share
+    __shared__ uint32_t s_nonfinite;  // non-finite centres placed in by_cell so far
     __shared__ ulonglong2 s_state[2][kBlockMaxBoxes / kBoxesPerWord];  // rounds: kept, removed
     __shared__ int s_round[2][2][32];  // rounds: per warp, rows decided and blocks left open
     __shared__ int64_t s_count;
     const int tid = threadIdx.x, nthreads = blockDim.x;
     const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
-    const V2Smem<T> sm = v2_smem<T, S>(smem, bytes, N, P, max_cells, groups != nullptr);
+    const V2Smem<T> sm = layout.placed(smem);
 #ifdef PCOPS_NMS_PHASES
     long long phase_clock[8] = {0};
 #endif
@@ -846,22 +895,46 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
         s_far[w] = 0;
     }
     if (tid < kBlockMaxBoxes / kBoxesPerWord) s_fill[tid] = 0;
-    if (tid == 0) s_overflow = 0;
+    if (tid == 0) {
+        s_overflow = 0;
+        s_nonfinite = 0;
+    }
+    // the cell counts, zeroed while the loads below are in flight (the sort, which reuses this
+    // memory, zeroes them again)
+    for (int c = tid; c < max_cells; c += nthreads) sm.cell_end[c] = 0;
     // scores already in visiting order (as after a top-k, and the peers' precondition): every
     // key pair in order; then the order is the identity and the sort is skipped. In the same
     // pass the centres (and groups) by box index, which is their place in the visiting order in
-    // that case, and their bounding box, which does not depend on the order.
+    // that case, and their bounding box, which does not depend on the order. A thread issues
+    // the loads of up to kV2LoadBatch boxes before it uses any (one memory latency, not four).
     bool in_order = true;
     Box2 box = Box2::empty();
-    for (int i = tid; i < N; i += nthreads) {
-        if (i + 1 < N) in_order = in_order && score_key(scores[i]) <= score_key(scores[i + 1]);
-        const T x = centers[(int64_t)i * D + 0], y = centers[(int64_t)i * D + 1];
-        sm.xy[2 * i] = x;
-        sm.xy[2 * i + 1] = y;
-        if (sm.g) sm.g[i] = groups[i];
-        box.add(x, y);
+    for (int i0 = tid; i0 < N; i0 += kV2LoadBatch * nthreads) {
+        T x[kV2LoadBatch], y[kV2LoadBatch];
+        S s0[kV2LoadBatch], s1[kV2LoadBatch];
+#pragma unroll
+        for (int u = 0; u < kV2LoadBatch; ++u) {
+            const int i = i0 + u * nthreads;
+            if (i < N) {
+                x[u] = centers[(int64_t)i * D + 0];
+                y[u] = centers[(int64_t)i * D + 1];
+                s0[u] = scores[i];
+                s1[u] = i + 1 < N ? scores[i + 1] : s0[u];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kV2LoadBatch; ++u) {
+            const int i = i0 + u * nthreads;
+            if (i < N) {
+                in_order = in_order && score_key(s0[u]) <= score_key(s1[u]);
+                sm.xy[2 * i] = x[u];
+                sm.xy[2 * i + 1] = y[u];
+                if (sm.g) sm.g[i] = groups[i];
+                box.add(x[u], y[u]);
+            }
+        }
     }
-    box.warp_reduce();
+    box.warp_reduce_of<T>();
     if ((tid & 31) == 0) s_box[tid >> 5] = box;
     V2Item<S>* sort_buf = (V2Item<S>*)sm.sort_buf;
     if (__syncthreads_and(in_order)) {
@@ -875,21 +948,36 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
         else
             v2_sort_scores<4>(scores, N, P, sort_buf, sm.order);
         __syncthreads();  // order written; the sort buffers read for the last time
-        for (int p = tid; p < N; p += nthreads) {
-            const int o = sm.order[p];
-            sm.xy[2 * p] = centers[(int64_t)o * D + 0];
-            sm.xy[2 * p + 1] = centers[(int64_t)o * D + 1];
-            if (sm.g) sm.g[p] = groups[o];
+        for (int p0 = tid; p0 < N; p0 += kV2LoadBatch * nthreads) {
+            T x[kV2LoadBatch], y[kV2LoadBatch];
+#pragma unroll
+            for (int u = 0; u < kV2LoadBatch; ++u) {
+                const int p = p0 + u * nthreads;
+                if (p < N) {
+                    const int o = sm.order[p];
+                    x[u] = centers[(int64_t)o * D + 0];
+                    y[u] = centers[(int64_t)o * D + 1];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kV2LoadBatch; ++u) {
+                const int p = p0 + u * nthreads;
+                if (p < N) {
+                    sm.xy[2 * p] = x[u];
+                    sm.xy[2 * p + 1] = y[u];
+                    if (sm.g) sm.g[p] = groups[sm.order[p]];
+                }
+            }
         }
+        for (int c = tid; c < max_cells; c += nthreads) sm.cell_end[c] = 0;
     }
     NMS_PHASE(1);
 
     // b. the grid over the bounding box
-    for (int c = tid; c < max_cells; c += nthreads) sm.cell_end[c] = 0;
     __syncthreads();  // centres in visiting order, cell_end zero
     if (tid < 32) {
         Box2 b = tid < nthreads / 32 ? s_box[tid] : Box2::empty();
-        b.warp_reduce();
+        b.warp_reduce_of<T>();
         // cells no smaller than needed for max_cells (make_grid then grows them by 1.25x
         // steps from here; any cell of at least cell_min gives the same result)
         double cmin = cell_min;
@@ -914,30 +1002,34 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
         sm.cell[p] = c;
     }
     __syncthreads();
-    v2_block_scan(sm.cell_end, gr.gx * gr.gy, s_warp);  // cell starts
+    const uint32_t finite = v2_block_scan(sm.cell_end, gr.gx * gr.gy, s_warp);  // cell starts
     for (int p = tid; p < N; p += nthreads) {
         const int c = sm.cell[p];
-        if (c != kV2NoCell) sm.by_cell[atomicAdd(&sm.cell_end[c], 1u)] = (uint16_t)p;
+        const uint32_t s = c != kV2NoCell ? atomicAdd(&sm.cell_end[c], 1u)
+                                          : finite + atomicAdd(&s_nonfinite, 1u);
+        sm.by_cell[s] = (uint16_t)p;  // the non-finite centres after every cell's run
     }
     __syncthreads();  // cell_end[c]: the end of cell c's run (and the start of c + 1's)
     NMS_PHASE(3);
 
-    // d. in one pass over the 3x3 cells of every position p: diag[p], far[p], and p's preds
-    //    appended to the list of p's row block (entries q << 6 | (p % 64), in no fixed order: the
-    //    scan only ORs them); a row block whose list outgrows its share of the pool sets
-    //    s_overflow, and the scan then pushes instead
+    // d. in one pass over the 3x3 cells of every position p: inpred[p] and p's preds in earlier
+    //    row blocks appended to the list of p's row block (entries q << 6 | (p % 64), in no
+    //    fixed order: the scan only ORs them); a row block whose list outgrows its share of the
+    //    pool sets s_overflow, and the scan then pushes instead (computing far[] first). Only
+    //    earlier positions count, so a later one is dropped before its distance. The positions
+    //    are taken in cell order (by_cell): the lanes of a warp read the same few cells and
+    //    loop about as long.
     const int block_cap = sm.pool_cap / C;
-    for (int p = tid; p < N; p += nthreads) {
+    for (int s = tid; s < N; s += nthreads) {
+        const int p = sm.by_cell[s];
         const V2Pair<T> cp = v2_xy(sm.xy, p);
         const T xp = cp.x, yp = cp.y;
         const int64_t gp = sm.g ? sm.g[p] : 0;
         const int rb = p / kBoxesPerWord, base = rb * kBoxesPerWord;
-        const int block_end = base + kBoxesPerWord;
         uint32_t* list = sm.pool + (size_t)rb * block_cap;
         uint64_t word = 0;
-        bool far = false;
         v2_for_each_near(sm, gr, p, [&](int q) {
-            if (q == p) return;
+            if (q >= p) return;  // p itself, later positions
             if (sm.g && sm.g[q] != gp) return;
             const V2Pair<T> cq = v2_xy(sm.xy, q);
             if (!(dist2_xy(cq.x, cq.y, xp, yp) < r2)) return;
@@ -947,15 +1039,11 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                     list[slot] = ((uint32_t)q << 6) | (uint32_t)(p % kBoxesPerWord);
                 else
                     atomicOr(&s_overflow, 1u);
-            } else if (q > p) {
-                if (q < block_end)
-                    word |= uint64_t(1) << (q % kBoxesPerWord);
-                else
-                    far = true;
+            } else {
+                word |= uint64_t(1) << (q % kBoxesPerWord);
             }
         });
-        sm.diag[p] = word;
-        if (far) atomicOr(&s_far[p / 32], 1u << (p % 32));
+        sm.inpred[p] = word;
     }
     __syncthreads();
     const bool list_mode = s_overflow == 0;
@@ -979,8 +1067,8 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                 const uint64_t und = ~(kept | removed);
                 if (und) {
                     const int base = rb * kBoxesPerWord;
-                    const uint64_t da = base + lane < N ? sm.diag[base + lane] : 0;
-                    const uint64_t db = base + 32 + lane < N ? sm.diag[base + 32 + lane] : 0;
+                    const uint64_t pa = base + lane < N ? sm.inpred[base + lane] : 0;
+                    const uint64_t pb = base + 32 + lane < N ? sm.inpred[base + 32 + lane] : 0;
                     const uint32_t* list = sm.pool + (size_t)rb * block_cap;
                     uint64_t hit = 0, wait = 0;
                     for (uint32_t j = lane, n = s_fill[rb]; j < n; j += 32) {
@@ -993,8 +1081,8 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                         else if (!((sq.y >> (q % kBoxesPerWord)) & 1))
                             wait |= uint64_t(1) << t;
                     }
-                    rounds_block_steps(da, db, lane, warp_or64(hit), warp_or64(wait), kept,
-                                       removed, kRoundSteps);
+                    rounds_block_steps(pa, pb, warp_or64(hit), warp_or64(wait), kept, removed,
+                                       kRoundSteps);
                     decided += __popcll(und & (kept | removed));
                     open += ~(kept | removed) != 0;
                 }
@@ -1023,8 +1111,8 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                     const int base = rb * kBoxesPerWord;
                     const ulonglong2 st = s_state[buf][rb];
                     const uint64_t und = ~(st.x | st.y);
-                    const uint64_t da = base + lane < N ? sm.diag[base + lane] : 0;
-                    const uint64_t db = base + 32 + lane < N ? sm.diag[base + 32 + lane] : 0;
+                    const uint64_t pa = base + lane < N ? sm.inpred[base + lane] : 0;
+                    const uint64_t pb = base + 32 + lane < N ? sm.inpred[base + 32 + lane] : 0;
                     const uint32_t* list = sm.pool + (size_t)rb * block_cap;
                     uint64_t hit = 0;
                     for (uint32_t j = lane, n = s_fill[rb]; j < n; j += 32) {
@@ -1034,7 +1122,7 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                             ((s_state[buf][q / kBoxesPerWord].x >> (q % kBoxesPerWord)) & 1))
                             hit |= uint64_t(1) << t;
                     }
-                    const uint64_t rem = rounds_block_in_order(da, db, st.y | warp_or64(hit));
+                    const uint64_t rem = rounds_block_in_order(pa, pb, st.y | warp_or64(hit));
                     __syncwarp();  // every lane's reads of the states done
                     if (lane == 0) s_state[buf][rb] = make_ulonglong2(~rem, rem);
                     __syncwarp();  // the final state visible to every lane
@@ -1044,23 +1132,31 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
         __syncthreads();
         for (int rb = tid; rb < C; rb += nthreads) s_kept[rb] = s_state[buf][rb].x;
     } else {
+        // push mode: first far[p], whether a later row block holds a neighbour of p (the rows
+        // whose kept boxes push)
+        for (int s = tid; s < N; s += nthreads) {
+            const int p = sm.by_cell[s];
+            const V2Pair<T> cp = v2_xy(sm.xy, p);
+            const int64_t gp = sm.g ? sm.g[p] : 0;
+            const int block_end = (p / kBoxesPerWord + 1) * kBoxesPerWord;
+            bool far = false;
+            v2_for_each_near(sm, gr, p, [&](int q) {
+                if (far || q < block_end || (sm.g && sm.g[q] != gp)) return;
+                const V2Pair<T> cq = v2_xy(sm.xy, q);
+                far = dist2_xy(cq.x, cq.y, cp.x, cp.y) < r2;
+            });
+            if (far) atomicOr(&s_far[p / 32], 1u << (p % 32));
+        }
+        __syncthreads();
         for (int rb = 0; rb < C; ++rb) {
             const int base = rb * kBoxesPerWord;
-            if (tid < 32) {
+            if (tid < 32) {  // the row block in order, by warp 0
                 const int a = base + tid, b = base + 32 + tid;
-                const uint64_t da = a < N ? sm.diag[a] : 0, db = b < N ? sm.diag[b] : 0;
-                const uint64_t nonzero = (uint64_t)__ballot_sync(0xffffffffu, da != 0) |
-                                         ((uint64_t)__ballot_sync(0xffffffffu, db != 0) << 32);
-                if (tid == 0) {
-                    uint64_t rem = (uint64_t)s_removed[2 * rb] |
-                                   ((uint64_t)s_removed[2 * rb + 1] << 32);
-                    if (N - base < kBoxesPerWord) rem |= ~uint64_t(0) << (N - base);
-                    for (uint64_t todo = nonzero; todo; todo &= todo - 1) {
-                        const int t = __ffsll((long long)todo) - 1;
-                        if (!((rem >> t) & 1)) rem |= sm.diag[base + t];
-                    }
-                    s_kept[rb] = ~rem;
-                }
+                const uint64_t rem = rounds_block_in_order(
+                    a < N ? sm.inpred[a] : 0, b < N ? sm.inpred[b] : 0,
+                    ((uint64_t)s_removed[2 * rb] | ((uint64_t)s_removed[2 * rb + 1] << 32)) |
+                        rows_past_n(base, N));
+                if (tid == 0) s_kept[rb] = ~rem;
             }
             __syncthreads();  // s_kept[rb] published
 
@@ -1120,6 +1216,7 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
     }
     __syncthreads();
     const int64_t total = s_count;
+    if (tid == 0 && num_kept) *num_kept = total;  // first: a host may be polling it
     for (int p = tid; p < N; p += nthreads) {
         const int rb = p / kBoxesPerWord, t = p % kBoxesPerWord;
         const uint64_t kept = s_kept[rb];
@@ -1130,7 +1227,6 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
     }
     if (keep_idx)
         for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
-    if (tid == 0 && num_kept) *num_kept = total;
     NMS_PHASE(7);
 #ifdef PCOPS_NMS_PHASES
     if (tid == 0)
@@ -1390,7 +1486,7 @@ nms_grid_gather_kernel(const T* __restrict__ centers, int64_t D, const int32_t* 
         if (gs) gs[p] = groups[o];
         box.add(x, y);
     }
-    box.warp_reduce();
+    box.warp_reduce_of<T>();
     if ((threadIdx.x & 31) == 0 && box.lo_x <= box.hi_x) {  // this warp saw a finite centre
         atomicMin(&bbox[0], ordered_bits(box.lo_x));
         atomicMin(&bbox[1], ordered_bits(box.lo_y));
@@ -1457,11 +1553,11 @@ nms_grid_cells_kernel(const uint32_t* __restrict__ skey, const int32_t* __restri
 
 // Per position p: the runs of spatial indices of the 3 cell rows around its cell (runs[6p..]:
 // begin, end for cell rows cy-1, cy, cy+1; empty off the grid or for a non-finite centre),
-// diag[p] (bits of the later positions of its own row block within the radius, same group),
-// and its far preds (earlier positions of earlier row blocks within the radius, same group):
-// npred[p] & kGridPredCount of them, the first kGridPredSlots in preds[k * N + p] (k-major: a
-// warp's loads of one slot are coalesced), in no fixed order; npred[p] has kGridInPred set
-// when p also has a pred in its own row block (npred[p] == 0: no pred at all, p is kept).
+// inpred[p] (bits of the earlier positions of its own row block within the radius, same
+// group), and its far preds (earlier positions of earlier row blocks within the radius, same
+// group): npred[p] & kGridPredCount of them, the first kGridPredSlots in preds[k * N + p]
+// (k-major: a warp's loads of one slot are coalesced), in no fixed order; npred[p] has
+// kGridInPred set when inpred[p] is not 0 (npred[p] == 0: no pred at all, p is kept).
 template <typename T>
 __global__ void __launch_bounds__(kGridThreads)
 nms_grid_neighbours_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
@@ -1470,7 +1566,7 @@ nms_grid_neighbours_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
                            const int32_t* __restrict__ cell_begin, const T* __restrict__ sx,
                            const T* __restrict__ sy, const int64_t* __restrict__ sg,
                            const int32_t* __restrict__ spos, T r2, int32_t* __restrict__ runs,
-                           uint64_t* __restrict__ diag, int32_t* __restrict__ npred,
+                           uint64_t* __restrict__ inpred, int32_t* __restrict__ npred,
                            int32_t* __restrict__ preds) {
     const BlockGrid gr = *grid;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -1478,10 +1574,8 @@ nms_grid_neighbours_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
         const T xp = xs[p], yp = ys[p];
         const int64_t gp = gs ? gs[p] : 0;
         const int64_t base = p / kBoxesPerWord * kBoxesPerWord;
-        const int64_t block_end = base + kBoxesPerWord;
         uint64_t word = 0;
         int32_t n = 0;
-        bool in_pred = false;
         int32_t run[6] = {0, 0, 0, 0, 0, 0};
         if (finite_xy(xp, yp)) {
             const int cx = grid_coord((double)xp, gr.x0, gr.inv, gr.gx);
@@ -1496,16 +1590,13 @@ nms_grid_neighbours_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
                 run[2 * k + 1] = e;
                 for (int32_t s = b; s < e; ++s) {
                     const int64_t q = spos[s];
-                    // later positions of p's row block (diag), earlier row blocks (preds),
-                    // earlier positions of p's own row block (whether there is one: they are
-                    // in their diag words)
-                    if (q == p || q >= block_end || (in_pred && q >= base && q < p)) continue;
+                    // earlier positions only: of p's row block (inpred), of earlier row blocks
+                    // (preds)
+                    if (q >= p) continue;
                     if (sg && sg[s] != gp) continue;
                     if (!(dist2_xy(sx[s], sy[s], xp, yp) < r2)) continue;
-                    if (q > p) {
+                    if (q >= base) {
                         word |= uint64_t(1) << (q % kBoxesPerWord);
-                    } else if (q >= base) {
-                        in_pred = true;
                     } else {
                         if (n < kGridPredSlots) preds[(int64_t)n * N + p] = (int32_t)q;
                         ++n;
@@ -1515,8 +1606,8 @@ nms_grid_neighbours_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
         }
 #pragma unroll
         for (int k = 0; k < 6; ++k) runs[p * 6 + k] = run[k];
-        diag[p] = word;
-        npred[p] = n | (in_pred ? kGridInPred : 0);
+        inpred[p] = word;
+        npred[p] = n | (word ? kGridInPred : 0);
     }
 }
 
@@ -1618,7 +1709,7 @@ __device__ __forceinline__ void grid_far_preds(
 template <typename T>
 __global__ void __launch_bounds__(kGridRoundThreads)
 nms_grid_round_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
-                      const int64_t* __restrict__ gs, const uint64_t* __restrict__ diag,
+                      const int64_t* __restrict__ gs, const uint64_t* __restrict__ inpred,
                       const int32_t* __restrict__ npred, const int32_t* __restrict__ preds,
                       const int32_t* __restrict__ runs, const T* __restrict__ sx,
                       const T* __restrict__ sy, const int64_t* __restrict__ sg,
@@ -1647,7 +1738,7 @@ nms_grid_round_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
             if ((und >> (lane + 32)) & 1)
                 grid_far_preds(b, base, N, st_in, npred, preds, runs, xs, ys, gs, sx, sy, sg,
                                spos, r2, hit_b, wait_b);
-            rounds_block_steps(a < N ? diag[a] : 0, b < N ? diag[b] : 0, lane,
+            rounds_block_steps(a < N ? inpred[a] : 0, b < N ? inpred[b] : 0,
                                ballot64(hit_a, hit_b), ballot64(wait_a, wait_b), kept, removed,
                                kRoundSteps);
         }
@@ -1666,7 +1757,7 @@ template <typename T>
 __global__ void __launch_bounds__(kGridScanThreads, 1)
 nms_grid_rounds_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
                        const int64_t* __restrict__ gs, const int32_t* __restrict__ order,
-                       const uint64_t* __restrict__ diag, const int32_t* __restrict__ npred,
+                       const uint64_t* __restrict__ inpred, const int32_t* __restrict__ npred,
                        const int32_t* __restrict__ preds, const int32_t* __restrict__ runs,
                        const T* __restrict__ sx, const T* __restrict__ sy,
                        const int64_t* __restrict__ sg, const int32_t* __restrict__ spos,
@@ -1680,7 +1771,7 @@ nms_grid_rounds_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
     const GridRoundsState S = grid_rounds_state(state_global ? state_global : (void*)s_dyn, C);
     const int tid = threadIdx.x, nthreads = blockDim.x;
     const int warp = tid >> 5, lane = tid & 31, nwarps = nthreads >> 5;
-    auto diag_of = [&](int64_t r) -> uint64_t { return r < N ? diag[r] : 0; };
+    auto inpred_of = [&](int64_t r) -> uint64_t { return r < N ? inpred[r] : 0; };
 
     // start: the states of the rounds run on the whole GPU before (st_init), or the initial
     // ones (kept: the rows with no pred at all)
@@ -1729,8 +1820,8 @@ nms_grid_rounds_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
                 const uint64_t hit = (uint64_t)S.hit[2 * rb] | ((uint64_t)S.hit[2 * rb + 1] << 32);
                 const uint64_t wait =
                     (uint64_t)S.wait[2 * rb] | ((uint64_t)S.wait[2 * rb + 1] << 32);
-                rounds_block_steps(diag_of(base + lane), diag_of(base + 32 + lane), lane, hit,
-                                   wait, kept, removed, kRoundSteps);
+                rounds_block_steps(inpred_of(base + lane), inpred_of(base + 32 + lane), hit, wait,
+                                   kept, removed, kRoundSteps);
                 decided += __popcll(und & (kept | removed));
                 open += ~(kept | removed) != 0;
             }
@@ -1763,8 +1854,9 @@ nms_grid_rounds_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
                 if ((und >> (lane + 32)) & 1)
                     grid_far_preds(base + 32 + lane, base, N, st, npred, preds, runs, xs, ys, gs,
                                    sx, sy, sg, spos, r2, hit_b, wait);
-                const uint64_t rem = rounds_block_in_order(
-                    diag_of(base + lane), diag_of(base + 32 + lane), sb.y | ballot64(hit_a, hit_b));
+                const uint64_t rem =
+                    rounds_block_in_order(inpred_of(base + lane), inpred_of(base + 32 + lane),
+                                          sb.y | ballot64(hit_a, hit_b));
                 __syncwarp();  // every lane's reads of the states done
                 if (lane == 0) st[rb] = make_ulonglong2(~rem, rem);
                 __syncwarp();  // the final state visible to every lane
@@ -1776,6 +1868,7 @@ nms_grid_rounds_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
     for (int64_t rb = tid; rb < C; rb += nthreads) S.before[rb] = (uint32_t)__popcll(st[rb].x);
     __syncthreads();
     const int64_t total = v2_block_scan(S.before, (int)C, s_warp);
+    if (tid == 0 && num_kept) *num_kept = total;  // first: a host may be polling it
     for (int64_t r = tid; r < N; r += nthreads) {
         const int64_t rb = r / kBoxesPerWord;
         const int t = (int)(r % kBoxesPerWord);
@@ -1787,7 +1880,6 @@ nms_grid_rounds_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
     }
     if (keep_idx)
         for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
-    if (tid == 0 && num_kept) *num_kept = total;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1962,12 +2054,19 @@ cudaError_t launch_block_v2(const NmsPlan& plan, const T* centers, int64_t D, co
     const T r2 = (T)radius2;  // rounded as the CPU rounds it
     const double cell_min = sqrt((double)r2) * (1.0 + 1.0 / 1024.0);
     const int n = (int)N;
-    const int max_cells = 2 * n < 256 ? 256 : (2 * n > kV2MaxCells ? kV2MaxCells : 2 * n);
-    const V2Smem<T> s = v2_smem<T, S>(nullptr, (size_t)bytes, n, plan.P, max_cells,
-                                      groups != nullptr);
+    // up to 16 cells a box (kV2MaxCells in all): cells as small as the radius allows cut the
+    // candidates of the pred-list pass (uniform boxes, 0.41 a squared radius: 7 a box with
+    // cells of 1.38 radii, 3.7 with cells of one), fewer where the pred lists would get less
+    // than kV2MinPool entries a box
+    int max_cells = 16 * n < 256 ? 256 : (16 * n > kV2MaxCells ? kV2MaxCells : 16 * n);
+    V2Smem<T> s = v2_smem<T, S>(nullptr, (size_t)bytes, n, plan.P, max_cells, groups != nullptr);
+    while (max_cells > 256 && s.pool_cap < kV2MinPool * n) {
+        max_cells /= 2;
+        s = v2_smem<T, S>(nullptr, (size_t)bytes, n, plan.P, max_cells, groups != nullptr);
+    }
     if (s.sort_end > (size_t)bytes || s.fixed_end > (size_t)bytes) return cudaErrorInvalidValue;
     nms_block_v2_kernel<T, S><<<1, plan.threads, (size_t)bytes, stream>>>(
-        centers, D, scores, groups, n, plan.P, plan.items, max_cells, (size_t)bytes, r2, cell_min,
+        centers, D, scores, groups, n, plan.P, plan.items, max_cells, s, r2, cell_min,
         keep_mask, keep_idx, num_kept);
     return cudaGetLastError();
 }
@@ -2020,7 +2119,7 @@ struct GridWorkspace {
     int32_t *cpos, *spos, *cell_begin, *runs;
     void *sx, *sy;  // [N] dtype, spatial order
     int64_t* sg;
-    uint64_t* diag;
+    uint64_t* inpred;
     int32_t *npred, *preds;  // [N], [kGridPredSlots][N]
     void* rounds;       // grid_rounds_state(C) when it does not fit in shared memory
     ulonglong2* round_state[2];  // [C] each: the rounds of nms_grid_round_kernel
@@ -2057,7 +2156,7 @@ GridWorkspace grid_layout(void* base, size_t elem, pcops_dtype score_dtype, int6
     w.sx = pcops_carve(&c, N, elem);
     w.sy = pcops_carve(&c, N, elem);
     w.sg = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
-    w.diag = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
+    w.inpred = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
     w.npred = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
     w.preds = (int32_t*)pcops_carve(&c, kGridPredSlots * N, sizeof(int32_t));
     const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
@@ -2120,7 +2219,7 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
     nms_grid_cells_kernel<T><<<grid_blocks(N + 1), kGridThreads, 0, stream>>>(
         w.skey, w.spos, N, w.grid, xs, ys, gs, w.cell_begin, sx, sy, sg);
     nms_grid_neighbours_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
-        xs, ys, gs, N, w.grid, w.cell_begin, sx, sy, sg, w.spos, r2, w.runs, w.diag, w.npred,
+        xs, ys, gs, N, w.grid, w.cell_begin, sx, sy, sg, w.spos, r2, w.runs, w.inpred, w.npred,
         w.preds);
     const int64_t gpu_rounds = grid_gpu_rounds(C);
     const ulonglong2* st = nullptr;
@@ -2129,14 +2228,14 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
         const int64_t round_blocks = (C + kGridRoundThreads / 32 - 1) / (kGridRoundThreads / 32);
         nms_grid_round_kernel<T><<<(unsigned)(round_blocks < 8192 ? round_blocks : 8192),
                                    kGridRoundThreads, 0, stream>>>(
-            xs, ys, gs, w.diag, w.npred, w.preds, w.runs, sx, sy, sg, w.spos, N, C, r2, st,
+            xs, ys, gs, w.inpred, w.npred, w.preds, w.runs, sx, sy, sg, w.spos, N, C, r2, st,
             out);
         st = out;
     }
     const bool shared = C <= kGridRoundsSharedRbs;
     nms_grid_rounds_kernel<T><<<1, kGridScanThreads,
                                 shared ? grid_rounds_state(nullptr, C).bytes : 0, stream>>>(
-        xs, ys, gs, w.order, w.diag, w.npred, w.preds, w.runs, sx, sy, sg, w.spos, N, C, r2,
+        xs, ys, gs, w.order, w.inpred, w.npred, w.preds, w.runs, sx, sy, sg, w.spos, N, C, r2,
         st, shared ? nullptr : w.rounds, keep_mask, keep_idx, num_kept);
     return cudaGetLastError();
 }

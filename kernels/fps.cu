@@ -355,15 +355,27 @@ constexpr int kPrunedCellBits = 4;  // 16 cells an axis
 constexpr int64_t kPrunedMaxFloat = 24 * 32 * 16;  // float points a block takes (plan_pruned)
 constexpr int kPrunedCells = 1 << (3 * kPrunedCellBits);
 
+// A point's coordinates by index in shared memory (the register kernel's copy of the cloud,
+// read once a step for the new sample: a shared load is ~10 cycles shorter than an L1 hit).
+template <typename T>
+struct alignas(16) PrunedXyz {
+    T x, y, z, pad;
+};
+
 // Dynamic shared memory of BLOCK_PRUNED: the slots (2 * warps candidates), the cell counts, each
 // point's (cell, rank) and the sorted order (16-bit indices: clouds of at most 65535 points).
 // kSmem (float): the points (x, y, z, index) live in shared memory as float4, 16 bytes a slot of
 // the block (warps * 32 * PPT slots), over the sort's scratch; only the temps are registers.
+// Otherwise the coordinates by index follow (PrunedXyz, N of them), for the sample's lookup.
 template <typename T>
-size_t pruned_smem_bytes(int warps, int64_t N, bool smem_points = false, int ppt = 0) {
-    const size_t scratch = (size_t)(kPrunedCells + 1) * 4 + (size_t)(N > 0 ? N : 1) * (4 + 2);
+__host__ __device__ size_t pruned_smem_bytes(int warps, int64_t N, bool smem_points = false,
+                                              int ppt = 0) {
+    const size_t n = (size_t)(N > 0 ? N : 1);
+    const size_t scratch = (size_t)(kPrunedCells + 1) * 4 + n * (4 + 2);
     const size_t points = smem_points ? (size_t)warps * 32 * ppt * 16 : 0;
-    return (size_t)2 * warps * sizeof(Candidate<T>) + (scratch > points ? scratch : points);
+    const size_t head =
+        (size_t)2 * warps * sizeof(Candidate<T>) + (scratch > points ? scratch : points);
+    return smem_points ? head : (head + 15) / 16 * 16 + n * sizeof(PrunedXyz<T>);
 }
 
 // The cell (Morton order) of a coordinate triple in the box [lo, lo + 16 / inv).
@@ -389,8 +401,10 @@ constexpr int pruned_max_threads() {
     return kSmem ? 768 : PPT * (int)sizeof(T) <= 64 ? 512 : 320;
 }
 
+// (The register kernels ask for one block an SM: without it ptxas held the float, 8-slot one to
+// 64 registers and spilled; kSmem leaves the count open, 0, as before.)
 template <typename T, int PPT, bool kSmem = false>
-__global__ void __launch_bounds__(pruned_max_threads<T, PPT, kSmem>())
+__global__ void __launch_bounds__(pruned_max_threads<T, PPT, kSmem>(), kSmem ? 0 : 1)
 fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
                   const int64_t* __restrict__ start, int64_t B, int64_t N, int64_t npoint,
                   int64_t* __restrict__ idx, T* __restrict__ dist2, int warps) {
@@ -400,6 +414,11 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     uint32_t* counts = reinterpret_cast<uint32_t*>(slots + 2 * warps);  // [kPrunedCells + 1]
     uint32_t* packed = counts + kPrunedCells + 1;  // [N]: cell << 16 | rank in the cell
     uint16_t* order = reinterpret_cast<uint16_t*>(packed + (N > 0 ? N : 1));  // [N]
+    PrunedXyz<T>* xyz_s = nullptr;  // !kSmem: [N] the coordinates by index
+    if constexpr (!kSmem) {
+        const size_t head = pruned_smem_bytes<T>(warps, N, true, 0);  // slots and scratch
+        xyz_s = reinterpret_cast<PrunedXyz<T>*>(fps_smem + (head + 15) / 16 * 16);
+    }
     __shared__ T box_red[6][32];
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int threads = warps * 32;
@@ -448,6 +467,11 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
         const T* q = row.cloud + 3 * (int64_t)i;
         const uint32_t cell = pruned_cell(q[0], q[1], q[2], lo, inv);
         packed[i] = cell << 16 | atomicAdd(&counts[cell], 1u);
+        if constexpr (!kSmem) {
+            xyz_s[i].x = q[0];
+            xyz_s[i].y = q[1];
+            xyz_s[i].z = q[2];
+        }
     }
     __syncthreads();
     {
@@ -542,7 +566,13 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     Candidate<T> wbest = no_candidate<T>();  // the warp's farthest, every lane
     for (int64_t j = 1; j < row.n_out; ++j) {
         T cx, cy, cz;
-        load_point(row.cloud, cur, cx, cy, cz);
+        if constexpr (kSmem) {
+            load_point(row.cloud, cur, cx, cy, cz);
+        } else {
+            cx = xyz_s[cur].x;
+            cy = xyz_s[cur].y;
+            cz = xyz_s[cur].z;
+        }
         // the sample's squared distance to the warp's box, as fps_dist2 rounds it
         const T gx = fmax(fmax(wlo[0] - cx, cx - whi[0]), T(0));
         const T gy = fmax(fmax(wlo[1] - cy, cy - whi[1]), T(0));

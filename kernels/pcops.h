@@ -244,7 +244,9 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  * along x or y, so that a kept box tests only the boxes of its group within the radius along
  * that axis; O(N + K * band), at worst O(K * N), for K kept boxes; workspace O(N).
  * CUDA: see pcops_circle_nms_cuda_variant below; no host synchronisation (*num_kept is
- * written on the device). N <= PCOPS_CIRCLE_NMS_CUDA_MAX (65535 blocks of 64).
+ * written on the device, once; variants 1, 3 and 4 write it before they write keep_mask /
+ * keep_idx, so a host polling it in mapped memory learns the size early; the outputs are
+ * complete when the launch is, in stream order). N <= PCOPS_CIRCLE_NMS_CUDA_MAX (65535 blocks of 64).
  * ---------------------------------------------------------------------------------------- */
 size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N);
 

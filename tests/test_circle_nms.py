@@ -525,6 +525,46 @@ def test_cuda_mask_graph_capture(cuda, gen, N):
         assert_equal(mask, mask_op(new_c, new_s, 0.5, new_g))
 
 
+def test_cuda_nms_refuses_graph_capture(cuda, gen):
+    """circle_nms waits for its count on the host, which a captured launch never writes: a
+    clear error instead of a hang (circle_nms_mask is the op for graphs)."""
+    c, s, g = to(cuda, *detections(500, gen, n_groups=2))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        nms_op(c, s, 0.5, -1, g)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    refused = r"pcops\.circle_nms: cannot be captured in a CUDA graph"
+    with pytest.raises(RuntimeError, match=refused):
+        with torch.cuda.graph(graph):
+            nms_op(c, s, 0.5, -1, g)
+    torch.cuda.synchronize()
+    assert_equal(nms_op(c, s, 0.5, -1, g), nms_op(*to("cpu", c, s), 0.5, -1, g.cpu()))
+
+
+@pytest.mark.parametrize("delay", [0, 2_000_000])  # GPU clocks of torch.cuda._sleep first
+def test_cuda_nms_count_wait(cuda, gen, delay):
+    """circle_nms polls the count its kernel writes, and past a short time hands the wait to
+    the runtime (a long kernel, or one that starts late): the CPU's answer either way, call
+    after call (one count slot per thread), on the default and on a side stream."""
+    side = torch.cuda.Stream()
+    for N in (10, 3000, 200_000):
+        centers, scores, groups = detections(N, gen, n_groups=3)
+        want = nms_op(centers, scores, 0.5, -1, groups)
+        c, s, g = to(cuda, centers, scores, groups)
+        side.wait_stream(torch.cuda.current_stream())
+        for stream in (torch.cuda.current_stream(), side):
+            with torch.cuda.stream(stream):
+                if delay:
+                    torch.cuda._sleep(delay)
+                keep = nms_op(c, s, 0.5, -1, g)
+                top = nms_op(c, s, 0.5, 7, g)
+            stream.synchronize()
+            assert_equal(keep, want, what=f"N={N}")
+            assert_equal(top, want[:7], what=f"N={N}, max_out 7")
+
+
 def test_cuda_mask_does_not_synchronise(cuda, gen):
     centers, scores, groups = detections(5000, gen, n_groups=2)
     c, s, g = to(cuda, centers, scores, groups)
