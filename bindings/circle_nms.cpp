@@ -184,12 +184,13 @@ CountSlot pinned_count_slot() {
 }
 
 // How long circle_nms polls the count before it hands the wait to the runtime (microseconds):
-// the single-block path (N <= 4096) ends well within it.
+// the single-block path (N <= 4096) on an idle stream ends well within it; a large N, or a
+// kernel queued behind other work, waits in cudaStreamSynchronize.
 constexpr int64_t kPollUs = 200;
 
 // Waits for the count the kernels write into the slot (set to -1 before the launch). Polls the
-// slot; every 64 polls it checks the clock, and past kPollUs (or when the stream reports an
-// error) it synchronises the stream the usual way, which raises a failed launch's error.
+// slot, checking the clock every 64 polls; past kPollUs it synchronises the stream the usual
+// way, which also raises the error of a kernel that failed (and so never wrote the count).
 int64_t wait_for_count(const char* op, volatile int64_t* slot, cudaStream_t stream) {
     if (C10_UNLIKELY(c10::cuda::warning_state().get_sync_debug_mode() !=
                      c10::cuda::SyncDebugMode::L_DISABLED))

@@ -23,7 +23,9 @@
  *            of its points into Morton-ordered cells, in shared memory, at the start); each
  *            warp keeps the box of its points and skips a step when the new sample is as far
  *            from the box as the warp's farthest temp: late steps update a few warps. Float
- *            clouds of 8193-12288 points keep their points in shared memory. AUTO from 2048
+ *            clouds of 8193-12288 points keep their points in shared memory; the others keep a
+ *            copy there by index for the step's sample lookup (this kernel's large shared
+ *            memory leaves little L1, so a global load went to L2). AUTO from 2048
  *            points to the block path's cap, and for float clouds up to 12288 points with
  *            fewer than 2048 samples.
  *   CLUSTER  (sm_90) a thread-block cluster per cloud; each block holds a slice of the cloud
@@ -1875,7 +1877,8 @@ bool plan_group(pcops_fps_cuda_plan* p, int64_t B, int64_t N, int variant) {
 // that takes (2 to 16): smaller warp regions skip more often than the block path's 16 a thread
 // (H100, L2 flushed, ms, B x N -> npoint: 16 x 4096 -> 1024: 8 a thread 0.511, 16 a thread
 // 0.512 with 8 warps, the block path 0.600; 32 x 2048 -> 1024: 0.434 / 0.468 / 0.491; 8 x 8192
-// -> 2048: 16 a thread 1.19, the block path 1.80).
+// -> 2048: 16 a thread 1.19, the block path 1.80). With the sample read from shared memory
+// (stop 22): 16 x 4096 -> 1024 0.447, 32 x 2048 -> 1024 0.362, 8 x 8192 -> 2048 1.077.
 template <typename T>
 bool plan_pruned(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
     const int64_t Np = N > 0 ? N : 1;
