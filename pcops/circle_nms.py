@@ -33,9 +33,11 @@ def circle_nms(
     equal scores (its ``argsort()[::-1]`` visits ties in no fixed order). Its
     ``post_max_size`` is ``max_out`` here, and per-class NMS is one call with ``groups``.
 
-    The number of kept boxes depends on the data, so on CUDA this synchronises with the host
-    once, to size the output. In a CUDA graph, or where the code must not synchronise, use
-    :func:`circle_nms_mask`. Under ``torch.compile`` the output has a data-dependent size.
+    The number of kept boxes depends on the data, so on CUDA this waits once for the kernel's
+    count, to size the output (it returns while the kernel finishes writing the indices: later
+    work on the stream sees them). It cannot be captured in a CUDA graph (it raises there); in
+    a graph, or where the code must not wait, use :func:`circle_nms_mask`. Under
+    ``torch.compile`` the output has a data-dependent size.
 
     Args:
         centers: ``[N, 2]`` or ``[N, 3]`` box centres (for ``[N, 7]`` boxes pass
