@@ -359,17 +359,26 @@ struct BlockSmem {
     size_t bytes;
 };
 
+// Carves consecutive pieces of shared memory (or counts them, base NULL) in 16-byte steps, so
+// every type stays aligned; geometry.h's pcops_carver rounds to 256 bytes, too coarse for a
+// block's shared memory. off: the bytes taken so far.
+struct SmemCarver {
+    char* base;
+    size_t off;
+    __host__ __device__ explicit SmemCarver(void* b) : base((char*)b), off(0) {}
+    __host__ __device__ char* take(size_t bytes) {
+        char* q = base + off;
+        off += (bytes + 15) & ~(size_t)15;
+        return q;
+    }
+};
+
 template <typename T>
 __host__ __device__ BlockSmem<T> block_smem(void* base, int N, int P, bool with_groups) {
     const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
-    char* p = (char*)base;
-    size_t off = 0;
+    SmemCarver c(base);
     BlockSmem<T> s;
-    auto take = [&](size_t bytes) {
-        char* q = p + off;
-        off += (bytes + 15) & ~(size_t)15;  // 16-byte pieces: every type stays aligned
-        return q;
-    };
+    auto take = [&](size_t bytes) { return c.take(bytes); };
     s.key = (uint64_t*)take((size_t)P * sizeof(uint64_t));
     s.idx = (int32_t*)take((size_t)P * sizeof(int32_t));
     s.order = (int32_t*)take((size_t)N * sizeof(int32_t));
@@ -380,7 +389,7 @@ __host__ __device__ BlockSmem<T> block_smem(void* base, int N, int P, bool with_
     s.cend = (uint16_t*)take(kBlockMaxCells * sizeof(uint16_t));
     s.removed = (uint32_t*)take((size_t)2 * C * sizeof(uint32_t));
     s.far = (uint32_t*)take((size_t)2 * C * sizeof(uint32_t));
-    s.bytes = off;
+    s.bytes = c.off;
     return s;
 }
 
@@ -808,17 +817,12 @@ struct V2Smem {
 template <typename T, typename S>
 __host__ __device__ V2Smem<T> v2_smem(void* base, size_t bytes, int N, int P, int max_cells,
                                       bool with_groups) {
-    char* p = (char*)base;
-    size_t off = 0;
-    auto take = [&](size_t n) {
-        char* q = p + off;
-        off += (n + 15) & ~(size_t)15;
-        return q;
-    };
+    SmemCarver c(base);
+    auto take = [&](size_t bytes) { return c.take(bytes); };
     V2Smem<T> s;
     s.order = (uint16_t*)take((size_t)N * sizeof(uint16_t));
-    const size_t region = off;
-    s.sort_buf = p + region;
+    const size_t region = c.off;
+    s.sort_buf = c.base + region;
     s.sort_end = region + 2 * (size_t)P * sizeof(V2Item<S>);
     s.xy = (T*)take((size_t)2 * N * sizeof(T));
     s.g = with_groups ? (int64_t*)take((size_t)N * sizeof(int64_t)) : nullptr;
@@ -826,9 +830,9 @@ __host__ __device__ V2Smem<T> v2_smem(void* base, size_t bytes, int N, int P, in
     s.cell_end = (uint32_t*)take((size_t)max_cells * sizeof(uint32_t));
     s.by_cell = (uint16_t*)take((size_t)N * sizeof(uint16_t));
     s.inpred = (uint64_t*)take((size_t)N * sizeof(uint64_t));
-    s.fixed_end = off;
-    s.pool = (uint32_t*)(p + off);
-    s.pool_cap = bytes > off ? (int)((bytes - off) / sizeof(uint32_t)) : 0;
+    s.fixed_end = c.off;
+    s.pool = (uint32_t*)(c.base + c.off);
+    s.pool_cap = bytes > c.off ? (int)((bytes - c.off) / sizeof(uint32_t)) : 0;
     return s;
 }
 
@@ -1622,20 +1626,15 @@ struct GridRoundsState {
 };
 
 __host__ __device__ inline GridRoundsState grid_rounds_state(void* base, int64_t C) {
-    char* p = (char*)base;
-    size_t off = 0;
-    auto take = [&](size_t n) {
-        char* q = p + off;
-        off += (n + 15) & ~(size_t)15;
-        return q;
-    };
+    SmemCarver c(base);
+    auto take = [&](size_t bytes) { return c.take(bytes); };
     GridRoundsState s;
     s.state[0] = (ulonglong2*)take((size_t)C * sizeof(ulonglong2));
     s.state[1] = (ulonglong2*)take((size_t)C * sizeof(ulonglong2));
     s.hit = (uint32_t*)take((size_t)2 * C * sizeof(uint32_t));
     s.wait = (uint32_t*)take((size_t)2 * C * sizeof(uint32_t));
     s.before = (uint32_t*)take((size_t)C * sizeof(uint32_t));
-    s.bytes = off;
+    s.bytes = c.off;
     return s;
 }
 

@@ -364,6 +364,12 @@ struct alignas(16) PrunedXyz {
     T x, y, z, pad;
 };
 
+// Where the PrunedXyz copy starts: after `head` bytes (slots and scratch), 16-byte aligned.
+template <typename T>
+__host__ __device__ size_t pruned_xyz_offset(size_t head) {
+    return (head + alignof(PrunedXyz<T>) - 1) / alignof(PrunedXyz<T>) * alignof(PrunedXyz<T>);
+}
+
 // Dynamic shared memory of BLOCK_PRUNED: the slots (2 * warps candidates), the cell counts, each
 // point's (cell, rank) and the sorted order (16-bit indices: clouds of at most 65535 points).
 // kSmem (float): the points (x, y, z, index) live in shared memory as float4, 16 bytes a slot of
@@ -377,7 +383,7 @@ __host__ __device__ size_t pruned_smem_bytes(int warps, int64_t N, bool smem_poi
     const size_t points = smem_points ? (size_t)warps * 32 * ppt * 16 : 0;
     const size_t head =
         (size_t)2 * warps * sizeof(Candidate<T>) + (scratch > points ? scratch : points);
-    return smem_points ? head : (head + 15) / 16 * 16 + n * sizeof(PrunedXyz<T>);
+    return smem_points ? head : pruned_xyz_offset<T>(head) + n * sizeof(PrunedXyz<T>);
 }
 
 // The cell (Morton order) of a coordinate triple in the box [lo, lo + 16 / inv).
@@ -419,7 +425,7 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
     PrunedXyz<T>* xyz_s = nullptr;  // !kSmem: [N] the coordinates by index
     if constexpr (!kSmem) {
         const size_t head = pruned_smem_bytes<T>(warps, N, true, 0);  // slots and scratch
-        xyz_s = reinterpret_cast<PrunedXyz<T>*>(fps_smem + (head + 15) / 16 * 16);
+        xyz_s = reinterpret_cast<PrunedXyz<T>*>(fps_smem + pruned_xyz_offset<T>(head));
     }
     __shared__ T box_red[6][32];
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
