@@ -22,7 +22,7 @@
  * exact to 32 refs.
  *
  * The grid path (ball_query_grid_kernel; kernels/grid.h, grid_cuda.cuh): the refs of each cloud
- * binned into a uniform grid of cells of at least a third of the radius on the device (a
+ * binned into a uniform grid of cells of at least half the radius on the device (a
  * stable sort: index order inside a cell), the queries in cell order (a counting sort); one
  * thread per query visits the cells overlapping its ball and keeps the S smallest in-range
  * indices, in a sorted register list for S <= 64, else in a max-heap in its output row sorted
@@ -153,6 +153,8 @@ cudaError_t launch_ball_query(const T* query, const T* ref, const int64_t* query
 
 using pcops_grid_cuda::Point4;
 
+__device__ __forceinline__ double sq(double x) { return x * x; }
+
 template <typename T>
 __device__ __forceinline__ T grid_dist2(T qx, T qy, T qz, const Point4<T>& r) {
     return dist2(r.x, r.y, r.z, qx, qy, qz);
@@ -229,36 +231,65 @@ struct HeapIndexList {
 
 // Visits the cells overlapping the ball of query q and offers its in-range refs to the list;
 // a cell's refs are in index order, so a cell is left at the first index above the list's top.
+// The bound of a cell is separable (gap_z^2 + gap_y^2 + gap_x^2): a plane or a row beyond the
+// radius is skipped whole, a row's end cells beyond it are trimmed, and the cells left in a
+// row are consecutive, so one cell's end is the next one's start.
 template <typename T, typename List>
 __device__ __forceinline__ void ball_walk(const BallGridParams& p, int64_t b, const pcops_grid& g,
                                           const Point4<T>* __restrict__ pts, T qx, T qy, T qz,
                                           T r2, List& list) {
     const double q[3] = {qx, qy, qz};
     const double reach = sqrt((double)r2 / PCOPS_GRID_SHRINK) + g.margin;
+    const double lim = (double)r2;
     int32_t c0[3], c1[3];
     for (int a = 0; a < 3; ++a) {
         c0[a] = pcops_grid_coord(&g, a, q[a] - reach);
         c1[a] = pcops_grid_coord(&g, a, q[a] + reach);
     }
     const int32_t* start = p.start + b * p.C;
-    for (int32_t cz = c0[2]; cz <= c1[2]; ++cz)
-        for (int32_t cy = c0[1]; cy <= c1[1]; ++cy)
-            for (int32_t cx = c0[0]; cx <= c1[0]; ++cx) {
-                if (pcops_grid_cell_bound(&g, q, cx, cy, cz) >= (double)r2) continue;
-                const int64_t cell = ((int64_t)cz * g.dims[1] + cy) * g.dims[0] + cx;
-                const int32_t j1 = start[cell + 1];
-                for (int32_t j = start[cell]; j < j1; ++j) {
+    for (int32_t cz = c0[2]; cz <= c1[2]; ++cz) {
+        const double gz = pcops_grid_axis_gap(&g, 2, q[2], cz, cz);
+        const double bz = gz * gz;
+        if (bz * PCOPS_GRID_SHRINK >= lim) continue;
+        for (int32_t cy = c0[1]; cy <= c1[1]; ++cy) {
+            const double gy = pcops_grid_axis_gap(&g, 1, q[1], cy, cy);
+            const double byz = bz + gy * gy;
+            if (byz * PCOPS_GRID_SHRINK >= lim) continue;
+            int32_t xa = c0[0], xb = c1[0];
+            while (xa <= xb && (byz + sq(pcops_grid_axis_gap(&g, 0, q[0], xa, xa))) *
+                                       PCOPS_GRID_SHRINK >= lim)
+                ++xa;
+            while (xb > xa && (byz + sq(pcops_grid_axis_gap(&g, 0, q[0], xb, xb))) *
+                                      PCOPS_GRID_SHRINK >= lim)
+                --xb;
+            if (xa > xb) continue;
+            const int64_t row = ((int64_t)cz * g.dims[1] + cy) * g.dims[0];
+            int32_t j0 = start[row + xa];
+            for (int32_t cx = xa; cx <= xb; ++cx) {
+                const int32_t j1 = start[row + cx + 1];
+                for (int32_t j = j0; j < j1; ++j) {
                     const int32_t n = p.ids[j];
                     if ((int64_t)n > list.top()) break;  // the rest of the cell is larger
                     if (grid_dist2(qx, qy, qz, pts[j]) < r2) list.offer(n);
                 }
+                j0 = j1;
             }
+        }
+    }
 }
+
+// Blocks of kThreads an SM should hold: float lists of up to 32 indices in 85 registers (three
+// blocks an SM), not the 117-119 ptxas takes unasked (two): H100, Q3 (1e5 queries, one wave of
+// blocks either way), 1.07 -> 0.94 ms with cells of r / 3 (a few spilled bytes included).
+template <typename T, int K>
+struct GridMinBlocks {
+    static constexpr int value = sizeof(T) == 4 && K >= 1 && K <= 32 ? 3 : 1;
+};
 
 // One thread per query (B * M threads), the queries in cell order; K > 0: S <= K, the list in
 // registers; K = 0: a heap in the output row.
 template <typename T, int K>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, GridMinBlocks<T, K>::value)
 ball_query_grid_kernel(const T* __restrict__ query, BallGridParams p,
                        const Point4<T>* __restrict__ pts, T r2, int64_t* __restrict__ idx,
                        int64_t* __restrict__ count) {
@@ -303,11 +334,12 @@ ball_query_grid_kernel(const T* __restrict__ query, BallGridParams p,
     count[t] = found;
 }
 
-// The cell edge of the ball-query grid: at least a third of the radius (H100, Q3 = 1e6 refs,
-// r = 0.05, ~125 refs a radius cube: 5.2 ms with cells of r, 4.5 with r / 2, 4.1 with r / 3;
-// a ball then overlaps ~230 small cells instead of ~27 large ones, and the scan of a cell
-// stops at the first index above the list's largest).
-double ball_min_cell(double radius2) { return sqrt(radius2) / 3.0; }
+// The cell edge of the ball-query grid: at least half the radius. H100, Q3 (1e6 refs, r = 0.05,
+// ~65 refs a radius cube), the whole call: 0.87 ms with r / 2, 0.91 with r / 2.5, 0.94 with
+// r / 3, 1.18 with r / 4, 1.42 with r / 5 (smaller cells: more starts to load than refs
+// skipped; a ball overlaps ~80 cells of r / 2). The scan of a cell stops at the first index
+// above the list's largest.
+double ball_min_cell(double radius2) { return sqrt(radius2) / 2.0; }
 
 template <typename T>
 cudaError_t launch_ball_query_grid(const pcops_ball_query_cuda_plan& plan, const T* query,

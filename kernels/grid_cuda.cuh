@@ -8,7 +8,8 @@
  *  2. grid_key_kernel: key = b * C + cell of every valid finite ref, B * C for the others
  *     (sorted to the end), value = its index in the cloud;
  *  3. cub::DeviceRadixSort::SortPairs on the keys (stable: index order inside a cell);
- *  4. grid_start_kernel: start[key] = the first sorted position of every key in [0, B * C];
+ *  4. grid_start_kernel: start[key] = the first sorted position of every key read later (a
+ *     binary search per key);
  *  5. grid_gather_kernel: the sorted refs as Point4 (x, y, z, -) with their indices.
  * The cells of cloud b are start[b * C + c] .. start[b * C + c + 1], c < grids[b].cells.
  *
@@ -224,16 +225,25 @@ __global__ void grid_key_kernel(const T* __restrict__ ref, const int64_t* __rest
     vals[t] = (int32_t)i;
 }
 
-// One thread per sorted position p in [0, B * N]: start[c] = p for every key c in
-// (key[p - 1], key[p]] (key[-1] = -1, key[B * N] = B * C), so each of start[0 .. B * C] is
-// written exactly once.
-__global__ void grid_start_kernel(const int32_t* __restrict__ keys, int64_t items, int64_t last,
+// One thread per key c in [0, B * C]: start[c] = the first sorted position whose key is >= c
+// (a lower bound in the ascending keys), written only where it is read: the cells 0 ..
+// grids[b].cells of cloud b (the last one the end of the cloud's run) and B * C. A binary search
+// per key keeps every thread's work at log2(items) loads, wherever the empty cells lie (one
+// thread per sorted position filling the keys up to its own would write every key past the last
+// cloud's last cell, up to B * C, alone: 3 ms at 1e6 refs).
+__global__ void grid_start_kernel(const int32_t* __restrict__ keys, int64_t items, int64_t B,
+                                  int64_t C, const pcops_grid* __restrict__ grids,
                                   int32_t* __restrict__ start) {
-    const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p > items) return;
-    const int64_t prev = p == 0 ? -1 : keys[p - 1];
-    const int64_t cur = p == items ? last : (keys[p] < last ? keys[p] : last);
-    for (int64_t c = prev + 1; c <= cur; ++c) start[c] = (int32_t)p;
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c > B * C) return;
+    if (c < B * C && c % C > (int64_t)grids[c / C].cells) return;  // never read
+    int64_t lo = 0, hi = items;  // the answer lies in [lo, hi]
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if ((int64_t)keys[mid] < c) lo = mid + 1;
+        else hi = mid;
+    }
+    start[c] = (int32_t)lo;
 }
 
 // One thread per sorted position: the ref itself, next to its neighbours in the cell.
@@ -276,8 +286,9 @@ cudaError_t build(const T* ref, const int64_t* ref_lengths, int64_t B, int64_t N
                                               s.vals_out, (int)items, 0, key_bits(B * C), stream);
         if (err != cudaSuccess) return err;
     }
-    grid_start_kernel<<<(unsigned)((items + 1 + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        s.keys_out, items, B * C, s.start);
+    const int64_t start_threads = B * C + 1;
+    grid_start_kernel<<<(unsigned)((start_threads + kThreads - 1) / kThreads), kThreads, 0,
+                        stream>>>(s.keys_out, items, B, C, s.grids, s.start);
     err = cudaGetLastError();
     if (err != cudaSuccess || items == 0) return err;
     grid_gather_kernel<T><<<(unsigned)((items + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
