@@ -150,13 +150,16 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
  * (kernels/grid.h) and visits only cells that can hold a result; BRUTE_HEAP (CUDA kNN only;
  * BRUTE elsewhere) is the brute force with a per-thread heap for every k; GRID_BASELINE (CPU
  * kNN: the grid path's AVX2 / SSE2 build even on a CPU with AVX-512, so that tests reach both
- * builds; pcops_knn_cuda_plan_make takes it as BRUTE, the binding passes GRID there). */
+ * builds; pcops_knn_cuda_plan_make takes it as BRUTE, the binding passes GRID there);
+ * WARP_SELECT (CUDA kNN, float32 clouds of at most 1024 refs; BRUTE elsewhere) is a brute force
+ * with a warp per query that finds the k-th key by bits and sorts only the selected keys. */
 typedef enum pcops_search_variant {
     PCOPS_SEARCH_AUTO = 0,
     PCOPS_SEARCH_BRUTE = 1,
     PCOPS_SEARCH_GRID = 2,
     PCOPS_SEARCH_BRUTE_HEAP = 3,
     PCOPS_SEARCH_GRID_BASELINE = 4,
+    PCOPS_SEARCH_WARP_SELECT = 5,
 } pcops_search_variant;
 
 /* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is

@@ -340,6 +340,7 @@ def test_opcheck_variants(device, gen):
         torch.library.opcheck(knn_op, (query, ref, 5, lens, None, v))
         torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, v))
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BASELINE))
+    torch.library.opcheck(knn_op, (query, ref, 5, lens, None, 5))  # warp select
 
 
 def test_bad_variant(device, gen):

@@ -622,3 +622,102 @@ def test_cuda_second_device(cuda, gen):
     d_cpu, i_cpu = knn_op(query, ref, 20)
     assert_equal(i, i_cpu)
     assert_equal(d, d_cpu)
+
+
+# ---------------------------------------------------------------------------------------------
+# the warp select (internal variant 5: CUDA, float32, N <= 1024; the brute force elsewhere)
+
+WARP_SELECT = 5
+
+
+def _snapped(B, N, gen, step=0.125):
+    """Points on a coarse lattice: many exactly equal distances, so the k-th key ties."""
+    return (torch.rand(B, N, 3, generator=gen) * 4).div(step).floor().mul(step)
+
+
+@pytest.mark.parametrize("N", [1, 31, 100, 256, 257, 700, 1024])
+def test_cuda_warp_select_equals_brute(cuda, gen, N):
+    """Every k against the brute force (variant 1 / 3) bit for bit, and against the float64-free
+    NumPy reference on one k: uniform, clustered and snapped (tied) refs, ragged lengths."""
+    B, M = 3, 70
+    refs = {
+        "uniform": rand_points(B, N, gen),
+        "clustered": clustered_points(B, N, gen, clusters=4),
+        "snapped": _snapped(B, N, gen),
+    }
+    query = torch.cat([rand_points(B, M - 10, gen) * 4, _snapped(B, 10, gen)], 1)
+    q_lens = torch.tensor([M, M - 7, 0])
+    r_lens = torch.tensor([N, max(N // 2, 1), N])
+    for name, ref in refs.items():
+        qc, rc = query.cuda(), ref.cuda()
+        for k in sorted({1, 2, 7, 16, 32, 33, 64, 65, 128, 300, N, N + 5}):
+            brute = knn_op(qc, rc, k, q_lens.cuda(), r_lens.cuda(), 1)
+            d, i = knn_op(qc, rc, k, q_lens.cuda(), r_lens.cuda(), WARP_SELECT)
+            assert_equal(i, brute[1], what=f"idx, {name}, N={N}, k={k}")
+            assert_equal(d, brute[0], what=f"dist2, {name}, N={N}, k={k}")
+        d, i = knn_op(qc, rc, 40, q_lens.cuda(), r_lens.cuda(), WARP_SELECT)
+        check_against_reference(query, ref, 40, d.cpu(), i.cpu(), q_lens, r_lens)
+
+
+def test_cuda_warp_select_identical_and_non_finite(cuda, gen):
+    """All refs identical (every key ties), and refs / queries with inf / nan: never neighbours,
+    the rows padded with (+inf, -1) past the finite ones."""
+    B, M, N = 2, 40, 600
+    ref = torch.full((B, N, 3), 0.25)
+    ref[1] = rand_points(1, N, gen)[0]
+    ref[1, ::7, 0] = float("inf")
+    ref[1, 3::11, 1] = float("nan")
+    ref[1, 5::13, 2] = 3e38  # finite, but the squared distance overflows to +inf
+    query = rand_points(B, M, gen)
+    query[0, 3] = float("nan")
+    query[1, 5, 2] = float("-inf")
+    for k in (1, 16, 100, 600, 700):
+        brute = knn_op(query.cuda(), ref.cuda(), k, None, None, 1)
+        d, i = knn_op(query.cuda(), ref.cuda(), k, None, None, WARP_SELECT)
+        assert_equal(i, brute[1], what=f"idx, k={k}")
+        assert_equal(d, brute[0], what=f"dist2, k={k}")
+        check_against_reference(query, ref, k, d.cpu(), i.cpu())
+
+
+def test_cuda_warp_select_falls_back(cuda, gen):
+    """Outside its range (float64, N > 1024) variant 5 is the brute force: the same bits."""
+    q64, r64 = rand_points(2, 50, gen, dtype=torch.float64), rand_points(2, 300, gen, dtype=torch.float64)
+    for query, ref in ((q64, r64), (rand_points(2, 50, gen), rand_points(2, 1025, gen))):
+        for k in (8, 100):
+            d, i = knn_op(query.cuda(), ref.cuda(), k, None, None, WARP_SELECT)
+            d_cpu, i_cpu = knn_op(query, ref, k)
+            assert_equal(i.cpu(), i_cpu, what=f"idx {query.dtype} N={ref.shape[1]} k={k}")
+            assert_equal(d.cpu(), d_cpu, what=f"dist2 {query.dtype} N={ref.shape[1]} k={k}")
+
+
+def test_warp_select_variant_on_cpu(gen):
+    """On the CPU variant 5 is the brute force."""
+    query, ref = rand_points(2, 30, gen), rand_points(2, 200, gen)
+    d, i = knn_op(query, ref, 20, None, None, WARP_SELECT)
+    check_against_reference(query, ref, 20, d, i)
+
+
+@pytest.mark.sanitizer
+def test_cuda_warp_select_sanitizer(cuda, gen):
+    """Small enough for compute-sanitizer: ragged lengths, ties, k below and above N."""
+    query, ref = rand_points(2, 9, gen), _snapped(2, 300, gen)
+    r_lens = torch.tensor([300, 37])
+    for k in (5, 128, 310):
+        d, i = knn_op(query.cuda(), ref.cuda(), k, None, r_lens.cuda(), WARP_SELECT)
+        check_against_reference(query, ref, k, d.cpu(), i.cpu(), None, r_lens)
+
+
+def test_cuda_warp_select_graph_capture(cuda, gen):
+    """One launch, no host synchronisation: capture, replay on new data."""
+    query, ref = rand_points(4, 256, gen).cuda(), rand_points(4, 1000, gen).cuda()
+    for _ in range(2):
+        knn_op(query, ref, 100, None, None, WARP_SELECT)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        d, i = knn_op(query, ref, 100, None, None, WARP_SELECT)
+    query.copy_(rand_points(4, 256, gen).cuda())
+    ref.copy_(rand_points(4, 1000, gen).cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    check_against_reference(query.cpu(), ref.cpu(), 100, d.cpu(), i.cpu())
