@@ -433,7 +433,8 @@ __device__ __forceinline__ void warp_bitonic_sort(unsigned long long* buf, int n
     for (int size = 2; size <= n; size <<= 1) {
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
             for (int t = lane; t < (n >> 1); t += 32) {
-                const int i = 2 * stride * (t / stride) + (t % stride);
+                // the t-th position with bit `stride` clear (stride a power of two)
+                const int i = ((t & ~(stride - 1)) << 1) | (t & (stride - 1));
                 const int j = i + stride;
                 const unsigned long long a = buf[i], b = buf[j];
                 const bool up = (i & size) == 0;
@@ -447,19 +448,156 @@ __device__ __forceinline__ void warp_bitonic_sort(unsigned long long* buf, int n
     }
 }
 
+// The kk-th smallest of the warp's keys (slots i < S of every lane: key_at(i); kk >= 1 and at
+// most the number of keys below kSelectNever): tau takes bit b, from the top, when fewer than kk
+// keys are below tau | 2^b.
+// c + (key >= cand): the carry of key - cand added in (two instructions, where the compare and
+// a select into a running count take three, in a chain).
+__device__ __forceinline__ unsigned add_if_not_below(unsigned c, uint32_t key, uint32_t cand) {
+    unsigned r, diff;
+    asm("sub.cc.u32 %1, %2, %3;\n\taddc.u32 %0, %4, 0;"
+        : "=r"(r), "=r"(diff)
+        : "r"(key), "r"(cand), "r"(c));
+    return r;
+}
+
+template <int S, typename KeyAt>
+__device__ __forceinline__ uint32_t warp_kth_key(KeyAt key_at, int kk) {
+    uint32_t tau = 0;
+    for (int bit = 30; bit >= 0; --bit) {
+        const uint32_t cand = tau | (1u << bit);
+        unsigned ge0 = 0, ge1 = 0;  // two counts: two independent chains
+#pragma unroll
+        for (int i = 0; i < S; i += 2) {
+            ge0 = add_if_not_below(ge0, key_at(i), cand);
+            if (i + 1 < S) ge1 = add_if_not_below(ge1, key_at(i + 1), cand);
+        }
+        const int below = 32 * S - (int)__reduce_add_sync(0xffffffffu, ge0 + ge1);
+        if (below < kk) tau = cand;
+    }
+    return tau;
+}
+
+// Writes to buf[0, kk), in slot order (slot i of lane l before slot i of lane l + 1, before slot
+// i + 1 of lane 0: the index order), entry_at(i) of every slot whose key is below tau, then of
+// the first slots whose key equals tau until there are kk.
+template <int S, typename KeyAt, typename EntryAt>
+__device__ __forceinline__ void warp_gather_selected(KeyAt key_at, EntryAt entry_at,
+                                                     uint32_t tau, int kk,
+                                                     unsigned long long* buf) {
+    int below = 0;
+#pragma unroll
+    for (int i = 0; i < S; ++i) below += key_at(i) < tau;
+    const int need = kk - (int)__reduce_add_sync(0xffffffffu, (unsigned)below);
+    const uint32_t lt = lanes_below();
+    int base = 0, ties = 0;
+#pragma unroll
+    for (int i = 0; i < S; ++i) {
+        const uint32_t key = key_at(i);
+        const bool eq = key == tau;
+        const uint32_t be = __ballot_sync(0xffffffffu, eq);
+        const bool sel = key < tau || (eq && ties + __popc(be & lt) < need);
+        ties += __popc(be);
+        const uint32_t bs = __ballot_sync(0xffffffffu, sel);
+        if (sel) buf[base + __popc(bs & lt)] = entry_at(i);
+        base += __popc(bs);
+    }
+}
+
+// Slots of candidates the filtered select holds in registers (32 entries a slot).
+constexpr int kSelectSlots = 8;
+
+// The select for kk <= 64 with the keys filtered first: every lane's second smallest key, the
+// ceil(kk / 2)-th smallest of those (U) has at least kk keys <= U below or at it (two in each of
+// ceil(kk / 2) lanes), so the kk smallest keys are all <= U. The keys <= U (candidates) are
+// gathered in index order into buf, read back as packed (key, index) entries, kSelectSlots per
+// lane at most, and the bit search and the gather run on those few. Returns false (buf
+// untouched: nothing written) where there are more candidates than that.
+template <int R>
+__device__ __forceinline__ bool select_filtered(const uint32_t (&key)[R], int kk,
+                                                unsigned long long* buf) {
+    const int lane = threadIdx.x & 31;
+    uint32_t a0 = kSelectNever, a1 = kSelectNever;  // the lane's two smallest keys
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const uint32_t hi = max(a0, key[i]);
+        a0 = min(a0, key[i]);
+        a1 = min(a1, hi);
+    }
+    // the lanes' a1 sorted across the warp (bitonic, one value a lane)
+    uint32_t v = a1;
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const uint32_t other = __shfl_xor_sync(0xffffffffu, v, stride);
+            const bool keep_min = ((lane & stride) == 0) == ((lane & size) == 0);
+            v = keep_min ? min(v, other) : max(v, other);
+        }
+    }
+    const uint32_t U = __shfl_sync(0xffffffffu, v, (kk + 1) / 2 - 1);
+    if (U == kSelectNever) return false;  // a lane with fewer than two keys: no bound
+    int c = 0;
+#pragma unroll
+    for (int i = 0; i < R; ++i) c += key[i] <= U;
+    const int C = (int)__reduce_add_sync(0xffffffffu, (unsigned)c);
+    if (C > 32 * kSelectSlots) return false;
+    const uint32_t lt = lanes_below();
+    int base = 0;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const bool sel = key[i] <= U;
+        const uint32_t bs = __ballot_sync(0xffffffffu, sel);
+        if (sel)
+            buf[base + __popc(bs & lt)] =
+                ((unsigned long long)key[i] << 32) | (unsigned)(32 * i + lane);
+        base += __popc(bs);
+    }
+    __syncwarp();
+    unsigned long long e[kSelectSlots];
+#pragma unroll
+    for (int i = 0; i < kSelectSlots; ++i) e[i] = 32 * i + lane < C ? buf[32 * i + lane] : ~0ull;
+    __syncwarp();  // every entry is read before the gather below overwrites buf
+    auto key_at = [&](int i) { return (uint32_t)(e[i] >> 32); };  // empty: 0xffffffff
+    auto entry_at = [&](int i) { return e[i]; };
+    if (C <= 32 * (kSelectSlots / 2)) {
+        const uint32_t tau = warp_kth_key<kSelectSlots / 2>(key_at, kk);
+        warp_gather_selected<kSelectSlots / 2>(key_at, entry_at, tau, kk, buf);
+    } else {
+        const uint32_t tau = warp_kth_key<kSelectSlots>(key_at, kk);
+        warp_gather_selected<kSelectSlots>(key_at, entry_at, tau, kk, buf);
+    }
+    return true;
+}
+
+// Sorts the warp's 32 entries (one a lane) ascending across the lanes, in registers.
+__device__ __forceinline__ unsigned long long warp_sort32(unsigned long long v) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const unsigned long long other = __shfl_xor_sync(0xffffffffu, v, stride);
+            const bool keep_min = ((lane & stride) == 0) == ((lane & size) == 0);
+            v = keep_min ? (other < v ? other : v) : (other > v ? other : v);
+        }
+    }
+    return v;
+}
+
 // Grid: ceil(B * M / kSelectWarps) blocks of 32 * kSelectWarps threads; dynamic shared memory:
-// sort_n keys per warp (sort_n = the next power of two >= k, at least 2, at most 32 R).
+// buf_n entries per warp (select_buf_entries).
 template <int R>
 __global__ void __launch_bounds__(32 * kSelectWarps)
 knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict__ ref,
-                       KnnParams p, int64_t B, int sort_n, float* __restrict__ out_d,
+                       KnnParams p, int64_t B, int buf_n, float* __restrict__ out_d,
                        int64_t* __restrict__ out_i) {
     extern __shared__ unsigned long long select_buf[];
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int64_t t = (int64_t)blockIdx.x * kSelectWarps + warp;  // the query of this warp
     if (t >= B * p.M) return;  // warp-uniform
-    unsigned long long* buf = select_buf + (int64_t)warp * sort_n;
+    unsigned long long* buf = select_buf + (int64_t)warp * buf_n;
     const int64_t b = t / p.M;
     const int64_t m = t - b * p.M;
     const int64_t L = pcops_valid_length(p.ref_lengths, b, p.N);
@@ -488,41 +626,38 @@ knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict_
         valid = (int)__reduce_add_sync(0xffffffffu, (unsigned)valid);
         kk = valid < k ? valid : k;
         if (kk > 0) {
-            uint32_t tau = 0;
-            for (int bit = 30; bit >= 0; --bit) {
-                const uint32_t cand = tau | (1u << bit);
-                int c = 0;
-#pragma unroll
-                for (int i = 0; i < R; ++i) c += key[i] < cand;
-                if ((int)__reduce_add_sync(0xffffffffu, (unsigned)c) < kk) tau = cand;
+            bool done = false;
+            if constexpr (R >= 16) {
+                if (kk <= 64) done = select_filtered<R>(key, kk, buf);
             }
-            int below = 0;
-#pragma unroll
-            for (int i = 0; i < R; ++i) below += key[i] < tau;
-            const int need = kk - (int)__reduce_add_sync(0xffffffffu, (unsigned)below);
-            const uint32_t lt = lanes_below();
-            int base = 0, ties = 0;
-#pragma unroll
-            for (int i = 0; i < R; ++i) {
-                const bool eq = key[i] == tau;
-                const uint32_t be = __ballot_sync(0xffffffffu, eq);
-                const bool sel = key[i] < tau || (eq && ties + __popc(be & lt) < need);
-                ties += __popc(be);
-                const uint32_t bs = __ballot_sync(0xffffffffu, sel);
-                if (sel)
-                    buf[base + __popc(bs & lt)] =
-                        ((unsigned long long)key[i] << 32) | (unsigned)(32 * i + lane);
-                base += __popc(bs);
+            if (!done) {
+                const uint32_t tau = warp_kth_key<R>([&](int i) { return key[i]; }, kk);
+                warp_gather_selected<R>(
+                    [&](int i) { return key[i]; },
+                    [&](int i) {
+                        return ((unsigned long long)key[i] << 32) | (unsigned)(32 * i + lane);
+                    },
+                    tau, kk, buf);
             }
-            int n = 2;
-            while (n < kk) n <<= 1;
-            for (int s = kk + lane; s < n; s += 32) buf[s] = ~0ull;
             __syncwarp();
-            if (kk > 1) warp_bitonic_sort(buf, n);
-            for (int s = lane; s < kk; s += 32) {
-                const unsigned long long e = buf[s];
-                od[s] = __uint_as_float((uint32_t)(e >> 32));
-                oi[s] = (int64_t)(uint32_t)e;
+            if (kk <= 32) {  // one entry a lane, sorted in registers
+                unsigned long long e = lane < kk ? buf[lane] : ~0ull;
+                e = warp_sort32(e);
+                if (lane < kk) {
+                    od[lane] = __uint_as_float((uint32_t)(e >> 32));
+                    oi[lane] = (int64_t)(uint32_t)e;
+                }
+            } else {
+                int n = 64;
+                while (n < kk) n <<= 1;
+                for (int s = kk + lane; s < n; s += 32) buf[s] = ~0ull;
+                __syncwarp();
+                warp_bitonic_sort(buf, n);
+                for (int s = lane; s < kk; s += 32) {
+                    const unsigned long long e = buf[s];
+                    od[s] = __uint_as_float((uint32_t)(e >> 32));
+                    oi[s] = (int64_t)(uint32_t)e;
+                }
             }
         }
     }
@@ -926,11 +1061,14 @@ bool warp_select_ok(pcops_dtype dtype, int64_t N) {
     return dtype == PCOPS_FLOAT32 && N <= kSelectMaxN;
 }
 
-// The warp select's sort length: the next power of two >= min(k, N), at least 2.
-int select_sort_n(int64_t K, int64_t N) {
+// Entries of the warp select's shared buffer per warp: the sort of min(k, N) keys (the next
+// power of two, at least 2) and, where the filtered select can run (N > 256, k <= 64), its
+// candidates.
+int select_buf_entries(int64_t K, int64_t N) {
     const int64_t cap = K < N ? K : N;
     int n = 2;
     while (n < cap) n <<= 1;
+    if (N > 256 && K <= 64 && n < 32 * kSelectSlots) n = 32 * kSelectSlots;
     return n;
 }
 
@@ -959,13 +1097,12 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     // AUTO, from the H100 (BENCHMARKS.md, issue-8 rows): the grid from N = 1024 up for k <= 64
     // and N >= 8 k (N = 1024, k = 32: 0.17 ms against the brute force's 0.30; N = 4096,
     // k = 64: 0.93 against 4.7); the brute force below and for k > 64.
-    // The warp select for float32 clouds of at most 1024 refs from k = 32 (k = 16 up to 512
-    // refs): B=16 M=N=1024 k=128 0.255 ms against the heap's 0.805, B=32 M=512 N=1024 k=32
-    // 0.201 against the grid's 0.230 (the same GPU time, one launch instead of eight), N=1024
-    // k=64 0.22 against 0.43, N=256 k=16 0.085 against 0.087; the register brute force and the
-    // grid kept N=1024 k=16 (0.17 against 0.19).
-    if (variant == PCOPS_SEARCH_AUTO && warp_select_ok(dtype, N) &&
-        (K >= 32 || (K >= 16 && N <= 512)))
+    // The warp select for float32 clouds of at most 1024 refs from k = 16 (H100, L2 flushed,
+    // ms from an idle GPU): B=16 M=N=1024 k=128 0.158 against the heap's 0.772, B=32 M=512
+    // N=1024 k=32 0.082 against the grid's 0.190 and the brute force's 0.310, k=16 0.078
+    // against 0.116 / 0.131, N=256 k=16 0.067 against 0.059-0.14 (noise-level); k < 16 not
+    // measured: the register lists keep it.
+    if (variant == PCOPS_SEARCH_AUTO && warp_select_ok(dtype, N) && K >= 16)
         variant = PCOPS_SEARCH_WARP_SELECT;
     if (variant == PCOPS_SEARCH_AUTO)
         variant = K <= max_reg && 8 * K <= N && N >= 1024 ? PCOPS_SEARCH_GRID
@@ -1024,16 +1161,16 @@ cudaError_t launch_knn(const pcops_knn_cuda_plan& plan, const T* query, const T*
         if constexpr (std::is_same<T, float>::value) {
             const int64_t blocks = (B * M + kSelectWarps - 1) / kSelectWarps;
             if (blocks > INT_MAX) return cudaErrorInvalidValue;
-            const int sort_n = select_sort_n(K, N);
-            const size_t smem = (size_t)kSelectWarps * sort_n * sizeof(unsigned long long);
+            const int buf_n = select_buf_entries(K, N);
+            const size_t smem = (size_t)kSelectWarps * buf_n * sizeof(unsigned long long);
             const unsigned g = (unsigned)blocks;
             constexpr int kT = 32 * kSelectWarps;
             if (N <= 256)
-                knn_warp_select_kernel<8><<<g, kT, smem, stream>>>(query, ref, p, B, sort_n, dist2, idx);
+                knn_warp_select_kernel<8><<<g, kT, smem, stream>>>(query, ref, p, B, buf_n, dist2, idx);
             else if (N <= 512)
-                knn_warp_select_kernel<16><<<g, kT, smem, stream>>>(query, ref, p, B, sort_n, dist2, idx);
+                knn_warp_select_kernel<16><<<g, kT, smem, stream>>>(query, ref, p, B, buf_n, dist2, idx);
             else
-                knn_warp_select_kernel<32><<<g, kT, smem, stream>>>(query, ref, p, B, sort_n, dist2, idx);
+                knn_warp_select_kernel<32><<<g, kT, smem, stream>>>(query, ref, p, B, buf_n, dist2, idx);
             return cudaGetLastError();
         } else {
             return cudaErrorInvalidValue;  // the plan takes it for float32 only
