@@ -40,6 +40,10 @@
  *    the query's keys (the float bits of every distance) in registers, finds the k-th key bit
  *    by bit with warp sums, and sorts only the k selected keys in shared memory: one launch,
  *    no list to insert into, so its cost barely grows with k.
+ *  - knn_grid_select_kernel (float32, k <= 128): the grid path with a warp per query; the lanes
+ *    load a run's refs 32 at a time and append those below the current bound to the warp's
+ *    candidate buffer in shared memory, which the warp select's bit search shrinks to the k
+ *    best (ties by index) when it fills and at the end of each ring.
  * Every path returns the same result. The path is chosen once per call by a plan
  * (pcops_knn_cuda_plan_make: sizes, device, the caller's forced variant), which also sizes
  * the workspace; the launcher only follows it.
@@ -454,9 +458,9 @@ __device__ __forceinline__ void warp_bitonic_sort(unsigned long long* buf, int n
 // c + (key >= cand): the carry of key - cand added in (two instructions, where the compare and
 // a select into a running count take three, in a chain).
 __device__ __forceinline__ unsigned add_if_not_below(unsigned c, uint32_t key, uint32_t cand) {
-    unsigned r, diff;
-    asm("sub.cc.u32 %1, %2, %3;\n\taddc.u32 %0, %4, 0;"
-        : "=r"(r), "=r"(diff)
+    unsigned r;
+    asm("{\n\t.reg .u32 diff;\n\tsub.cc.u32 diff, %1, %2;\n\taddc.u32 %0, %3, 0;\n\t}"
+        : "=r"(r)
         : "r"(key), "r"(cand), "r"(c));
     return r;
 }
@@ -1009,6 +1013,224 @@ knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __re
     }
 }
 
+// ------------------------------------------------------------------------------------------
+// The grid select (float32, k <= 128): a warp per query walks the same rings as grid_walk, its
+// lanes loading 32 refs of a run at once; the refs whose packed key (dist2 bits, idx) is below
+// the current bound are appended to the warp's candidate buffer (shared memory, ballots). When
+// the buffer would overflow, and at the end of each ring once k candidates are there, it is
+// shrunk to exactly the kk smallest packed keys (the kk-th key by the bit search, then, among
+// the refs tied at it, the lowest indices by a second bit search on the indices); the largest
+// kept key becomes the bound (only smaller keys can still enter) and its distance the ring
+// walk's k-th distance. The result is the kk smallest keys of every ref the walk can reach, as
+// for grid_walk's list: the same bits.
+constexpr int kGridSelectSlots = 16;                      // candidates a lane holds in a shrink
+constexpr int kGridSelectCap = 32 * kGridSelectSlots;     // candidates per warp
+constexpr int kGridSelectWarps = 4;
+constexpr int kGridSelectMaxK = 128;
+
+struct GridSelect {
+    unsigned long long* buf;  // [kGridSelectCap]
+    int count;                // candidates in buf (warp-uniform)
+    int k;
+    unsigned long long bound;  // a candidate enters iff its packed key is below this
+    bool full;                 // the buffer was shrunk to k entries at least once
+
+    // Keeps the kk = min(k, count) smallest entries of buf (exactly kk of them).
+    __device__ void shrink() {
+        const int lane = threadIdx.x & 31;
+        const int kk = count < k ? count : k;
+        unsigned long long e[kGridSelectSlots];
+#pragma unroll
+        for (int i = 0; i < kGridSelectSlots; ++i)
+            e[i] = 32 * i + lane < count ? buf[32 * i + lane] : ~0ull;
+        __syncwarp();  // every entry is read before the compaction below overwrites buf
+        auto key_at = [&](int i) { return (uint32_t)(e[i] >> 32); };
+        const uint32_t tau = warp_kth_key<kGridSelectSlots>(key_at, kk);
+        int below = 0, eq = 0;
+#pragma unroll
+        for (int i = 0; i < kGridSelectSlots; ++i) {
+            below += key_at(i) < tau;
+            eq += key_at(i) == tau;
+        }
+        below = (int)__reduce_add_sync(0xffffffffu, (unsigned)below);
+        eq = (int)__reduce_add_sync(0xffffffffu, (unsigned)eq);
+        const int need = kk - below;
+        uint32_t id_tau = 0xffffffffu;  // ties at tau kept: index <= id_tau
+        if (eq > need) {
+            auto id_at = [&](int i) {
+                return key_at(i) == tau ? (uint32_t)e[i] : 0xffffffffu;
+            };
+            id_tau = warp_kth_key<kGridSelectSlots>(id_at, need);
+        }
+        const uint32_t lt = lanes_below();
+        int base = 0;
+        uint32_t max_tie = 0;
+#pragma unroll
+        for (int i = 0; i < kGridSelectSlots; ++i) {
+            const uint32_t key = key_at(i), id = (uint32_t)e[i];
+            const bool sel = key < tau || (key == tau && id <= id_tau);
+            if (sel && key == tau) max_tie = max(max_tie, id);
+            const uint32_t bs = __ballot_sync(0xffffffffu, sel);
+            if (sel) buf[base + __popc(bs & lt)] = e[i];
+            base += __popc(bs);
+        }
+        __syncwarp();
+        count = base;  // == kk
+        if (kk == k) {
+            max_tie = __reduce_max_sync(0xffffffffu, max_tie);
+            // the largest kept entry, plus one: equal keys cannot come again (indices are
+            // unique), and a key below it still enters
+            bound = (((unsigned long long)tau << 32) | max_tie) + 1ull;
+            full = true;
+        }
+    }
+
+    // Offers the refs pts[j0, j1) (their packed keys) to the buffer.
+    __device__ void offer_run(const Point4<float>* __restrict__ pts, int32_t j0, int32_t j1,
+                              float qx, float qy, float qz) {
+        const int lane = threadIdx.x & 31;
+        const uint32_t lt = lanes_below();
+        for (int32_t j = j0; j < j1; j += 32) {
+            unsigned long long e = ~0ull;
+            if (j + lane < j1) {
+                const Point4<float> r = pts[j + lane];
+                const float d = squared_distance(qx, qy, qz, r);
+                const uint32_t u = __float_as_uint(d);
+                if (u < 0x7f800000u)  // +inf and NaN are never neighbours
+                    e = ((unsigned long long)u << 32) | (uint32_t)point_id(r);
+            }
+            const bool take = e < bound;
+            const uint32_t bs = __ballot_sync(0xffffffffu, take);
+            if (bs == 0u) continue;
+            if (count + __popc(bs) > kGridSelectCap) shrink();  // warp-uniform
+            const bool take2 = e < bound;  // the bound may have dropped
+            const uint32_t b2 = __ballot_sync(0xffffffffu, take2);
+            if (take2) buf[count + __popc(b2 & lt)] = e;
+            count += __popc(b2);
+        }
+        __syncwarp();
+    }
+    __device__ float threshold() const { return __uint_as_float((uint32_t)(bound >> 32)); }
+};
+
+// One warp per query (B * M warps, in the queries' cell order); dynamic shared memory:
+// kGridSelectCap entries per warp.
+__global__ void __launch_bounds__(32 * kGridSelectWarps)
+knn_grid_select_kernel(const float* __restrict__ query, GridParams p,
+                       const Point4<float>* __restrict__ pts, float* __restrict__ out_d,
+                       int64_t* __restrict__ out_i, const int32_t* __restrict__ order) {
+    extern __shared__ unsigned long long grid_select_buf[];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    int64_t t = (int64_t)blockIdx.x * kGridSelectWarps + warp;
+    if (t >= p.B * p.M) return;  // warp-uniform
+    const int64_t b = t / p.M;
+    t = b * p.M + order[t];
+    const int64_t m = t % p.M;
+    const int k = p.k;
+    GridSelect sel{grid_select_buf + (int64_t)warp * kGridSelectCap, 0, k, ~0ull, false};
+    const float* q = query + t * 3;
+    const float qx = q[0], qy = q[1], qz = q[2];
+    const pcops_grid g = p.grids[b];
+    if (m < pcops_valid_length(p.query_lengths, b, p.M) && g.cells > 0 &&
+        pcops_grid_finite3(qx, qy, qz)) {
+        const double qd[3] = {qx, qy, qz};
+        int32_t c[3];
+        for (int a = 0; a < 3; ++a) c[a] = pcops_grid_coord(&g, a, qd[a]);
+        const int32_t rmax = pcops_grid_max_ring(&g, c);
+        const int32_t dx = g.dims[0], dy = g.dims[1];
+        const int32_t* start = p.start + b * p.C;
+        for (int32_t r = 0; r <= rmax; ++r) {
+            const int32_t z0 = max(c[2] - r, 0), z1 = min(c[2] + r, g.dims[2] - 1);
+            const int32_t y0 = max(c[1] - r, 0), y1 = min(c[1] + r, dy - 1);
+            const int32_t x0 = max(c[0] - r, 0), x1 = min(c[0] + r, dx - 1);
+            const bool xends = c[0] - r >= 0 || c[0] + r <= dx - 1;
+            const bool yedges = c[1] - r >= 0 || c[1] + r <= dy - 1;
+            for (int32_t cz = z0; cz <= z1; ++cz) {
+                const bool zedge = cz == c[2] - r || cz == c[2] + r;
+                if (!zedge && !xends && !yedges) {
+                    if (c[2] + r > z1) break;
+                    cz = c[2] + r - 1;
+                    continue;
+                }
+                const double gz = pcops_grid_axis_gap(&g, 2, qd[2], cz, cz);
+                const double bz = gz * gz;
+                if (sel.full && bz * PCOPS_GRID_SHRINK > (double)sel.threshold()) continue;
+                for (int32_t cy = y0; cy <= y1; ++cy) {
+                    const bool edge = zedge || cy == c[1] - r || cy == c[1] + r;
+                    if (!edge && !xends) {
+                        if (c[1] + r > y1) break;
+                        cy = c[1] + r - 1;
+                        continue;
+                    }
+                    const double gy = pcops_grid_axis_gap(&g, 1, qd[1], cy, cy);
+                    const double byz = bz + gy * gy;
+                    if (sel.full && byz * PCOPS_GRID_SHRINK > (double)sel.threshold()) continue;
+                    const int64_t row = ((int64_t)cz * dy + cy) * dx;
+                    if (edge || r == 0) {
+                        int32_t xa = x0, xb = x1;
+                        if (sel.full) {
+                            const double th = (double)sel.threshold();
+                            while (xa <= xb &&
+                                   (byz + sq(pcops_grid_axis_gap(&g, 0, qd[0], xa, xa))) *
+                                           PCOPS_GRID_SHRINK > th)
+                                ++xa;
+                            while (xb > xa &&
+                                   (byz + sq(pcops_grid_axis_gap(&g, 0, qd[0], xb, xb))) *
+                                           PCOPS_GRID_SHRINK > th)
+                                --xb;
+                        }
+                        if (xa <= xb)
+                            sel.offer_run(pts, start[row + xa], start[row + xb + 1], qx, qy, qz);
+                    } else {
+                        for (int32_t cx = c[0] - r; cx <= c[0] + r; cx += 2 * r) {
+                            if (cx < x0 || cx > x1) continue;
+                            if (sel.full) {
+                                const double gx = pcops_grid_axis_gap(&g, 0, qd[0], cx, cx);
+                                if ((byz + gx * gx) * PCOPS_GRID_SHRINK > (double)sel.threshold())
+                                    continue;
+                            }
+                            sel.offer_run(pts, start[row + cx], start[row + cx + 1], qx, qy, qz);
+                        }
+                    }
+                }
+            }
+            if (sel.count >= k) sel.shrink();
+            if (sel.full && (double)sel.threshold() < pcops_grid_ring_bound(&g, qd, c, r)) break;
+        }
+        if (sel.count > k) sel.shrink();
+    }
+    // the count entries (kk <= k), sorted, then (+inf, -1)
+    const int kk = sel.count;
+    float* od = out_d + t * k;
+    int64_t* oi = out_i + t * k;
+    if (kk > 0) {
+        if (kk <= 32) {
+            unsigned long long e = lane < kk ? sel.buf[lane] : ~0ull;
+            e = warp_sort32(e);
+            if (lane < kk) {
+                od[lane] = __uint_as_float((uint32_t)(e >> 32));
+                oi[lane] = (int64_t)(uint32_t)e;
+            }
+        } else {
+            int n = 64;
+            while (n < kk) n <<= 1;
+            for (int s = kk + lane; s < n; s += 32) sel.buf[s] = ~0ull;
+            __syncwarp();
+            warp_bitonic_sort(sel.buf, n);
+            for (int s = lane; s < kk; s += 32) {
+                const unsigned long long e = sel.buf[s];
+                od[s] = __uint_as_float((uint32_t)(e >> 32));
+                oi[s] = (int64_t)(uint32_t)e;
+            }
+        }
+    }
+    for (int s = kk + lane; s < k; s += 32) {
+        od[s] = INFINITY;
+        oi[s] = -1;
+    }
+}
+
 // Cells per cloud of the grid path: about max(3.5, k / 8) refs per cell (H100, issue-8 rows,
 // queries in cell order, rows scanned as runs: at k = 8, 16 and 32, 3.5 refs a cell were
 // within noise of 3 and 4 and 10-15 % ahead of 2 and 5-7; at k = 64, 6-10 were 10-25 % ahead
@@ -1020,6 +1242,15 @@ double grid_refs_per_cell(int64_t K) {
 
 int64_t grid_cells(int64_t N, int64_t K) {
     return pcops_grid_budget(N, 1.0 / grid_refs_per_cell(K));
+}
+
+// Cells per cloud of the grid select: max(16, k / 4) refs a cell (H100, k = 64: 16 refs a cell
+// 0.71 ms at B=16 M=N=4096 against 0.93 with 8 and 0.75 with 32; k = 100: 32 refs a cell 0.47,
+// 16 0.51): a warp's 32 lanes take a run of refs at once, so runs longer than the list-per-
+// thread walk's pay.
+int64_t grid_select_cells(int64_t N, int64_t K) {
+    const double per = (double)K / 4.0 > 16.0 ? (double)K / 4.0 : 16.0;
+    return pcops_grid_budget(N, 1.0 / per);
 }
 
 template <typename T>
@@ -1035,6 +1266,18 @@ cudaError_t launch_grid(const pcops_knn_cuda_plan& plan, const T* query, const T
     const int32_t* order = s.order;
     GridParams p{query_lengths, ref_lengths, plan.B, plan.M, plan.N, plan.cells, (int)plan.K,
                  s.grids, s.start, s.ids};
+    if (plan.variant == PCOPS_SEARCH_GRID_SELECT) {
+        if constexpr (std::is_same<T, float>::value) {
+            const int64_t blocks = (plan.B * plan.M + kGridSelectWarps - 1) / kGridSelectWarps;
+            if (blocks > INT_MAX) return cudaErrorInvalidValue;
+            const size_t smem = (size_t)kGridSelectWarps * kGridSelectCap * sizeof(unsigned long long);
+            knn_grid_select_kernel<<<(unsigned)blocks, 32 * kGridSelectWarps, smem, stream>>>(
+                query, p, s.pts, dist2, idx, order);
+            return cudaGetLastError();
+        } else {
+            return cudaErrorInvalidValue;  // the plan takes it for float32 only
+        }
+    }
     const int64_t blocks = (plan.B * plan.M + kThreads - 1) / kThreads;
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
     const unsigned g = (unsigned)blocks;
@@ -1104,21 +1347,31 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     // measured: the register lists keep it.
     if (variant == PCOPS_SEARCH_AUTO && warp_select_ok(dtype, N) && K >= 16)
         variant = PCOPS_SEARCH_WARP_SELECT;
+    // The grid select from k = 64 (float32; H100, L2 flushed, ms from an idle GPU): B=16
+    // M=N=4096 k=64 0.71 against the register grid's 0.96, M=N=1e5 k=64 1.13 against 1.38,
+    // B=4 M=N=8192 k=100 0.51 against the heap grid's 1.14; at k = 16 it was 2-4x slower.
+    if (variant == PCOPS_SEARCH_AUTO && dtype == PCOPS_FLOAT32 && K >= 64 &&
+        K <= kGridSelectMaxK && 8 * K <= N)
+        variant = PCOPS_SEARCH_GRID_SELECT;
     if (variant == PCOPS_SEARCH_AUTO)
         variant = K <= max_reg && 8 * K <= N && N >= 1024 ? PCOPS_SEARCH_GRID
                                                           : PCOPS_SEARCH_BRUTE;
-    if (variant == PCOPS_SEARCH_GRID && !grid_ok) variant = PCOPS_SEARCH_BRUTE;
+    if (variant == PCOPS_SEARCH_GRID_SELECT && (dtype != PCOPS_FLOAT32 || K > kGridSelectMaxK))
+        variant = PCOPS_SEARCH_GRID;
+    if ((variant == PCOPS_SEARCH_GRID || variant == PCOPS_SEARCH_GRID_SELECT) && !grid_ok)
+        variant = PCOPS_SEARCH_BRUTE;
     if (variant == PCOPS_SEARCH_WARP_SELECT && !warp_select_ok(dtype, N))
         variant = PCOPS_SEARCH_BRUTE;
     if (variant == PCOPS_SEARCH_BRUTE && K > max_reg) variant = PCOPS_SEARCH_BRUTE_HEAP;
     if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_HEAP &&
-        variant != PCOPS_SEARCH_WARP_SELECT)
+        variant != PCOPS_SEARCH_WARP_SELECT && variant != PCOPS_SEARCH_GRID_SELECT)
         variant = PCOPS_SEARCH_BRUTE;
     plan->variant = variant;
     plan->splits = 1;
     if (B == 0 || M == 0) return cudaSuccess;
-    if (variant == PCOPS_SEARCH_GRID) {
-        plan->cells = cells;
+    if (variant == PCOPS_SEARCH_GRID || variant == PCOPS_SEARCH_GRID_SELECT) {
+        plan->cells = variant == PCOPS_SEARCH_GRID_SELECT ? grid_select_cells(N, K) : cells;
+        const int64_t cells = plan->cells;
         plan->workspace_bytes =
             dtype == PCOPS_FLOAT32
                 ? pcops_grid_cuda::carve_counting<float>(nullptr, B, N, M, cells, nullptr)
@@ -1138,7 +1391,7 @@ cudaError_t launch_knn(const pcops_knn_cuda_plan& plan, const T* query, const T*
                        const int64_t* query_lengths, const int64_t* ref_lengths,
                        void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
     if (plan.workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-    if (plan.variant == PCOPS_SEARCH_GRID)
+    if (plan.variant == PCOPS_SEARCH_GRID || plan.variant == PCOPS_SEARCH_GRID_SELECT)
         return launch_grid<T>(plan, query, ref, query_lengths, ref_lengths, workspace, dist2, idx,
                               stream);
     DeviceInfo info;

@@ -152,7 +152,9 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
  * kNN: the grid path's AVX2 / SSE2 build even on a CPU with AVX-512, so that tests reach both
  * builds; pcops_knn_cuda_plan_make takes it as BRUTE, the binding passes GRID there);
  * WARP_SELECT (CUDA kNN, float32 clouds of at most 1024 refs; BRUTE elsewhere) is a brute force
- * with a warp per query that finds the k-th key by bits and sorts only the selected keys. */
+ * with a warp per query that finds the k-th key by bits and sorts only the selected keys;
+ * GRID_SELECT (CUDA kNN, float32, k <= 128; GRID elsewhere on CUDA, BRUTE on the CPU) walks the
+ * grid with a warp per query and keeps its candidates in a buffer shrunk by the same select. */
 typedef enum pcops_search_variant {
     PCOPS_SEARCH_AUTO = 0,
     PCOPS_SEARCH_BRUTE = 1,
@@ -160,6 +162,7 @@ typedef enum pcops_search_variant {
     PCOPS_SEARCH_BRUTE_HEAP = 3,
     PCOPS_SEARCH_GRID_BASELINE = 4,
     PCOPS_SEARCH_WARP_SELECT = 5,
+    PCOPS_SEARCH_GRID_SELECT = 6,
 } pcops_search_variant;
 
 /* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is

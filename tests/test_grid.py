@@ -20,7 +20,9 @@ knn_op = torch.ops.pcops.knn.default
 bq_op = torch.ops.pcops.ball_query.default
 # GRID_BASELINE (kNN): on the CPU the grid path's AVX2 / SSE2 build even where the AVX-512 one
 # runs (kernels/knn.c, knn_wide_list); both builds must give the brute force's bits
-BRUTE, GRID, GRID_BASELINE = 1, 2, 4
+# GRID_SELECT (CUDA kNN, float32, k <= 128): a warp per query over the same grid, its candidates
+# in a buffer shrunk by a bit-search select (the grid on CUDA elsewhere, the brute force on the CPU)
+BRUTE, GRID, GRID_BASELINE, GRID_SELECT = 1, 2, 4, 6
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KITTI = os.path.join(ROOT, ".data", "scans", "kitti_velodyne_000000.npy")
 
@@ -117,6 +119,9 @@ def check_knn(query, ref, k, ql=None, rl=None):
     d3, i3 = knn_op(query, ref, k, ql, rl, GRID_BASELINE)
     assert_equal(i3, i1, what="grid (baseline build) idx vs brute force")
     assert_equal(d3, d1, what="grid (baseline build) dist2 vs brute force")
+    d4, i4 = knn_op(query, ref, k, ql, rl, GRID_SELECT)
+    assert_equal(i4, i1, what="grid select idx vs brute force")
+    assert_equal(d4, d1, what="grid select dist2 vs brute force")
     return d1, i1
 
 
@@ -341,6 +346,7 @@ def test_opcheck_variants(device, gen):
         torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, v))
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BASELINE))
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, 5))  # warp select
+    torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_SELECT))
 
 
 def test_bad_variant(device, gen):
@@ -377,10 +383,12 @@ def test_grid_cuda_graph_capture(cuda, gen):
     rl = torch.tensor([4096, 100, 0, 3000], device="cuda")
     for _ in range(2):  # warm-up outside the capture
         knn_op(query, ref, 16, None, rl, GRID)
+        knn_op(query, ref, 40, None, rl, GRID_SELECT)
         bq_op(query, ref, 0.05, 32, None, rl, GRID)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         d, i = knn_op(query, ref, 16, None, rl, GRID)
+        ds, is_ = knn_op(query, ref, 40, None, rl, GRID_SELECT)
         bi, bc = bq_op(query, ref, 0.05, 32, None, rl, GRID)
     query.copy_(uniform(4, 2048, gen).float().cuda())
     ref.copy_(blobs(4, 4096, gen).float().cuda())
@@ -390,5 +398,8 @@ def test_grid_cuda_graph_capture(cuda, gen):
     be, ce = bq_op(query, ref, 0.05, 32, None, rl, BRUTE)
     assert_equal(i, ie)
     assert_equal(d, de)
+    dse, ise = knn_op(query, ref, 40, None, rl, BRUTE)
+    assert_equal(is_, ise)
+    assert_equal(ds, dse)
     assert_equal(bi, be)
     assert_equal(bc, ce)
