@@ -1038,6 +1038,7 @@ struct GridSelect {
     // Keeps the kk = min(k, count) smallest entries of buf (exactly kk of them).
     __device__ void shrink() {
         const int lane = threadIdx.x & 31;
+        __syncwarp();  // the entries other lanes appended are visible
         const int kk = count < k ? count : k;
         unsigned long long e[kGridSelectSlots];
 #pragma unroll
