@@ -422,6 +422,25 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
 // a bitonic network over the next power of two (empty slots all ones) and written out; slots
 // past kk get (+inf, -1). Every step is a count or a compare of the same float bits the other
 // paths compare, so the result is theirs bit for bit.
+// Warp sum / max of 32-bit words (redux on sm_80+, shuffles before: the build for every
+// architecture compiles this file for sm_75 too).
+__device__ __forceinline__ unsigned warp_sum_u32(unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_add_sync(0xffffffffu, v);
+#else
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+#endif
+}
+__device__ __forceinline__ unsigned warp_max_u32(unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);
+#else
+    for (int off = 16; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+#endif
+}
+
 constexpr int kSelectWarps = 4;                  // queries (warps) per block
 constexpr uint32_t kSelectNever = 0x7fffffffu;   // above every finite float's bits
 
@@ -476,7 +495,7 @@ __device__ __forceinline__ uint32_t warp_kth_key(KeyAt key_at, int kk) {
             ge0 = add_if_not_below(ge0, key_at(i), cand);
             if (i + 1 < S) ge1 = add_if_not_below(ge1, key_at(i + 1), cand);
         }
-        const int below = 32 * S - (int)__reduce_add_sync(0xffffffffu, ge0 + ge1);
+        const int below = 32 * S - (int)warp_sum_u32(ge0 + ge1);
         if (below < kk) tau = cand;
     }
     return tau;
@@ -492,7 +511,7 @@ __device__ __forceinline__ void warp_gather_selected(KeyAt key_at, EntryAt entry
     int below = 0;
 #pragma unroll
     for (int i = 0; i < S; ++i) below += key_at(i) < tau;
-    const int need = kk - (int)__reduce_add_sync(0xffffffffu, (unsigned)below);
+    const int need = kk - (int)warp_sum_u32((unsigned)below);
     const uint32_t lt = lanes_below();
     int base = 0, ties = 0;
 #pragma unroll
@@ -544,7 +563,7 @@ __device__ __forceinline__ bool select_filtered(const uint32_t (&key)[R], int kk
     int c = 0;
 #pragma unroll
     for (int i = 0; i < R; ++i) c += key[i] <= U;
-    const int C = (int)__reduce_add_sync(0xffffffffu, (unsigned)c);
+    const int C = (int)warp_sum_u32((unsigned)c);
     if (C > 32 * kSelectSlots) return false;
     const uint32_t lt = lanes_below();
     int base = 0;
@@ -627,7 +646,7 @@ knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict_
             }
             valid += key[i] != kSelectNever;
         }
-        valid = (int)__reduce_add_sync(0xffffffffu, (unsigned)valid);
+        valid = (int)warp_sum_u32((unsigned)valid);
         kk = valid < k ? valid : k;
         if (kk > 0) {
             bool done = false;
@@ -1053,8 +1072,8 @@ struct GridSelect {
             below += key_at(i) < tau;
             eq += key_at(i) == tau;
         }
-        below = (int)__reduce_add_sync(0xffffffffu, (unsigned)below);
-        eq = (int)__reduce_add_sync(0xffffffffu, (unsigned)eq);
+        below = (int)warp_sum_u32((unsigned)below);
+        eq = (int)warp_sum_u32((unsigned)eq);
         const int need = kk - below;
         uint32_t id_tau = 0xffffffffu;  // ties at tau kept: index <= id_tau
         if (eq > need) {
@@ -1078,7 +1097,7 @@ struct GridSelect {
         __syncwarp();
         count = base;  // == kk
         if (kk == k) {
-            max_tie = __reduce_max_sync(0xffffffffu, max_tie);
+            max_tie = warp_max_u32(max_tie);
             // the largest kept entry, plus one: equal keys cannot come again (indices are
             // unique), and a key below it still enters
             bound = (((unsigned long long)tau << 32) | max_tie) + 1ull;
