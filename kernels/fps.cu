@@ -68,6 +68,7 @@
 #include <cstdint>
 
 #include "geometry.h"
+#include "warp.cuh"
 
 namespace {
 
@@ -1243,23 +1244,8 @@ __device__ __forceinline__ uint64_t round_key(float v, int index) {
     return ((uint64_t)o << 32) | (uint32_t)(~(uint32_t)index);
 }
 
-// Warp max / or of 32-bit words (redux on sm_80+, shuffles before).
-__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_max_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
-__device__ __forceinline__ uint32_t warp_or_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_or_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v |= __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-#endif
-}
+using pcops_warp::max_u32;
+using pcops_warp::or_u32;
 
 __device__ __forceinline__ float box_dist2(float lx, float ly, float lz, float hx, float hy,
                                            float hz, float cx, float cy, float cz) {
@@ -1435,7 +1421,7 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
         float wmax = g < groups ? gbest.value : -INFINITY;
         {
             const uint32_t u = __float_as_uint(wmax);
-            const uint32_t top = warp_max_u32((u & 0x80000000u) ? ~u : (u | 0x80000000u));
+            const uint32_t top = max_u32((u & 0x80000000u) ? ~u : (u | 0x80000000u));
             wmax = __uint_as_float((top & 0x80000000u) ? (top & 0x7fffffffu) : ~top);
         }
         const bool hit = has_c && box_flags(box_dist2(wlx, wly, wlz, whx, why, whz, c.at.x,
@@ -1545,7 +1531,7 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
             const unsigned invalid = ~__ballot_sync(0xffffffffu, valid);
             taken = invalid ? __ffs(invalid) - 1 : 32;
             if (taken > row.n_out - j) taken = (int)(row.n_out - j);
-            chosen = warp_or_u32(lane < taken ? 1u << pos : 0u);
+            chosen = or_u32(lane < taken ? 1u << pos : 0u);
             if (rank == 0 && w == 0 && lane < taken) {
                 row.idx[j + lane] = cr.index;
                 row.dist2[j + lane] = cr.at.w;

@@ -59,6 +59,7 @@
 #include "common.h"
 #include "grid.h"
 #include "grid_cuda.cuh"
+#include "warp.cuh"
 #include "pcops.h"
 
 namespace {
@@ -422,24 +423,8 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
 // a bitonic network over the next power of two (empty slots all ones) and written out; slots
 // past kk get (+inf, -1). Every step is a count or a compare of the same float bits the other
 // paths compare, so the result is theirs bit for bit.
-// Warp sum / max of 32-bit words (redux on sm_80+, shuffles before: the build for every
-// architecture compiles this file for sm_75 too).
-__device__ __forceinline__ unsigned warp_sum_u32(unsigned v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_add_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-#endif
-}
-__device__ __forceinline__ unsigned warp_max_u32(unsigned v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_max_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
+using pcops_warp::max_u32;
+using pcops_warp::sum_u32;
 
 constexpr int kSelectWarps = 4;                  // queries (warps) per block
 constexpr uint32_t kSelectNever = 0x7fffffffu;   // above every finite float's bits
@@ -495,7 +480,7 @@ __device__ __forceinline__ uint32_t warp_kth_key(KeyAt key_at, int kk) {
             ge0 = add_if_not_below(ge0, key_at(i), cand);
             if (i + 1 < S) ge1 = add_if_not_below(ge1, key_at(i + 1), cand);
         }
-        const int below = 32 * S - (int)warp_sum_u32(ge0 + ge1);
+        const int below = 32 * S - (int)sum_u32(ge0 + ge1);
         if (below < kk) tau = cand;
     }
     return tau;
@@ -511,7 +496,7 @@ __device__ __forceinline__ void warp_gather_selected(KeyAt key_at, EntryAt entry
     int below = 0;
 #pragma unroll
     for (int i = 0; i < S; ++i) below += key_at(i) < tau;
-    const int need = kk - (int)warp_sum_u32((unsigned)below);
+    const int need = kk - (int)sum_u32((unsigned)below);
     const uint32_t lt = lanes_below();
     int base = 0, ties = 0;
 #pragma unroll
@@ -563,7 +548,7 @@ __device__ __forceinline__ bool select_filtered(const uint32_t (&key)[R], int kk
     int c = 0;
 #pragma unroll
     for (int i = 0; i < R; ++i) c += key[i] <= U;
-    const int C = (int)warp_sum_u32((unsigned)c);
+    const int C = (int)sum_u32((unsigned)c);
     if (C > 32 * kSelectSlots) return false;
     const uint32_t lt = lanes_below();
     int base = 0;
@@ -646,7 +631,7 @@ knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict_
             }
             valid += key[i] != kSelectNever;
         }
-        valid = (int)warp_sum_u32((unsigned)valid);
+        valid = (int)sum_u32((unsigned)valid);
         kk = valid < k ? valid : k;
         if (kk > 0) {
             bool done = false;
@@ -922,8 +907,13 @@ __device__ __forceinline__ void scan_run(const Point4<T>* __restrict__ pts, int3
     }
 }
 
+// The end of a ring of grid_walk: nothing to do for the lists of one thread (the grid select's
+// buffer has its own overload).
+template <typename List>
+__device__ __forceinline__ void ring_done(List&) {}
+
 // Visits the grid of cloud b around q in rings (kernels/knn_cpu.inc, knn_grid_query, is the
-// same walk) and offers every ref of a visited cell to the list.
+// same walk) and offers every ref of a visited cell to the list (scan_run).
 template <typename T, typename List>
 __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const Point4<T>* pts,
                                           T qx, T qy, T qz, List& list) {
@@ -992,6 +982,7 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
                 }
             }
         }
+        ring_done(list);
         if (list.full() && (double)list.threshold() < pcops_grid_ring_bound(&g, q, c, r)) break;
     }
 }
@@ -1052,7 +1043,7 @@ struct GridSelect {
     int count;                // candidates in buf (warp-uniform)
     int k;
     unsigned long long bound;  // a candidate enters iff its packed key is below this
-    bool full;                 // the buffer was shrunk to k entries at least once
+    bool shrunk;               // the buffer was shrunk to k entries at least once
 
     // Keeps the kk = min(k, count) smallest entries of buf (exactly kk of them).
     __device__ void shrink() {
@@ -1072,8 +1063,8 @@ struct GridSelect {
             below += key_at(i) < tau;
             eq += key_at(i) == tau;
         }
-        below = (int)warp_sum_u32((unsigned)below);
-        eq = (int)warp_sum_u32((unsigned)eq);
+        below = (int)sum_u32((unsigned)below);
+        eq = (int)sum_u32((unsigned)eq);
         const int need = kk - below;
         uint32_t id_tau = 0xffffffffu;  // ties at tau kept: index <= id_tau
         if (eq > need) {
@@ -1097,11 +1088,11 @@ struct GridSelect {
         __syncwarp();
         count = base;  // == kk
         if (kk == k) {
-            max_tie = warp_max_u32(max_tie);
+            max_tie = max_u32(max_tie);
             // the largest kept entry, plus one: equal keys cannot come again (indices are
             // unique), and a key below it still enters
             bound = (((unsigned long long)tau << 32) | max_tie) + 1ull;
-            full = true;
+            shrunk = true;
         }
     }
 
@@ -1130,8 +1121,21 @@ struct GridSelect {
         }
         __syncwarp();
     }
+    // grid_walk's list interface: the k-th distance, once k candidates were kept
+    __device__ bool full() const { return shrunk; }
     __device__ float threshold() const { return __uint_as_float((uint32_t)(bound >> 32)); }
 };
+
+// grid_walk's hooks for the grid select: a run of refs goes to the buffer, and a ring with k
+// candidates ends with a shrink (its k-th distance then bounds the rest of the walk).
+__device__ __forceinline__ void scan_run(const Point4<float>* __restrict__ pts, int32_t j,
+                                         int32_t end, float qx, float qy, float qz,
+                                         GridSelect& sel) {
+    sel.offer_run(pts, j, end, qx, qy, qz);
+}
+__device__ __forceinline__ void ring_done(GridSelect& sel) {
+    if (sel.count >= sel.k) sel.shrink();
+}
 
 // One warp per query (B * M warps, in the queries' cell order); dynamic shared memory:
 // kGridSelectCap entries per warp.
@@ -1151,73 +1155,8 @@ knn_grid_select_kernel(const float* __restrict__ query, GridParams p,
     GridSelect sel{grid_select_buf + (int64_t)warp * kGridSelectCap, 0, k, ~0ull, false};
     const float* q = query + t * 3;
     const float qx = q[0], qy = q[1], qz = q[2];
-    const pcops_grid g = p.grids[b];
-    if (m < pcops_valid_length(p.query_lengths, b, p.M) && g.cells > 0 &&
-        pcops_grid_finite3(qx, qy, qz)) {
-        const double qd[3] = {qx, qy, qz};
-        int32_t c[3];
-        for (int a = 0; a < 3; ++a) c[a] = pcops_grid_coord(&g, a, qd[a]);
-        const int32_t rmax = pcops_grid_max_ring(&g, c);
-        const int32_t dx = g.dims[0], dy = g.dims[1];
-        const int32_t* start = p.start + b * p.C;
-        for (int32_t r = 0; r <= rmax; ++r) {
-            const int32_t z0 = max(c[2] - r, 0), z1 = min(c[2] + r, g.dims[2] - 1);
-            const int32_t y0 = max(c[1] - r, 0), y1 = min(c[1] + r, dy - 1);
-            const int32_t x0 = max(c[0] - r, 0), x1 = min(c[0] + r, dx - 1);
-            const bool xends = c[0] - r >= 0 || c[0] + r <= dx - 1;
-            const bool yedges = c[1] - r >= 0 || c[1] + r <= dy - 1;
-            for (int32_t cz = z0; cz <= z1; ++cz) {
-                const bool zedge = cz == c[2] - r || cz == c[2] + r;
-                if (!zedge && !xends && !yedges) {
-                    if (c[2] + r > z1) break;
-                    cz = c[2] + r - 1;
-                    continue;
-                }
-                const double gz = pcops_grid_axis_gap(&g, 2, qd[2], cz, cz);
-                const double bz = gz * gz;
-                if (sel.full && bz * PCOPS_GRID_SHRINK > (double)sel.threshold()) continue;
-                for (int32_t cy = y0; cy <= y1; ++cy) {
-                    const bool edge = zedge || cy == c[1] - r || cy == c[1] + r;
-                    if (!edge && !xends) {
-                        if (c[1] + r > y1) break;
-                        cy = c[1] + r - 1;
-                        continue;
-                    }
-                    const double gy = pcops_grid_axis_gap(&g, 1, qd[1], cy, cy);
-                    const double byz = bz + gy * gy;
-                    if (sel.full && byz * PCOPS_GRID_SHRINK > (double)sel.threshold()) continue;
-                    const int64_t row = ((int64_t)cz * dy + cy) * dx;
-                    if (edge || r == 0) {
-                        int32_t xa = x0, xb = x1;
-                        if (sel.full) {
-                            const double th = (double)sel.threshold();
-                            while (xa <= xb &&
-                                   (byz + sq(pcops_grid_axis_gap(&g, 0, qd[0], xa, xa))) *
-                                           PCOPS_GRID_SHRINK > th)
-                                ++xa;
-                            while (xb > xa &&
-                                   (byz + sq(pcops_grid_axis_gap(&g, 0, qd[0], xb, xb))) *
-                                           PCOPS_GRID_SHRINK > th)
-                                --xb;
-                        }
-                        if (xa <= xb)
-                            sel.offer_run(pts, start[row + xa], start[row + xb + 1], qx, qy, qz);
-                    } else {
-                        for (int32_t cx = c[0] - r; cx <= c[0] + r; cx += 2 * r) {
-                            if (cx < x0 || cx > x1) continue;
-                            if (sel.full) {
-                                const double gx = pcops_grid_axis_gap(&g, 0, qd[0], cx, cx);
-                                if ((byz + gx * gx) * PCOPS_GRID_SHRINK > (double)sel.threshold())
-                                    continue;
-                            }
-                            sel.offer_run(pts, start[row + cx], start[row + cx + 1], qx, qy, qz);
-                        }
-                    }
-                }
-            }
-            if (sel.count >= k) sel.shrink();
-            if (sel.full && (double)sel.threshold() < pcops_grid_ring_bound(&g, qd, c, r)) break;
-        }
+    if (m < pcops_valid_length(p.query_lengths, b, p.M)) {
+        grid_walk<float>(p, b, pts, qx, qy, qz, sel);
         if (sel.count > k) sel.shrink();
     }
     // the count entries (kk <= k), sorted, then (+inf, -1)
