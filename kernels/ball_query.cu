@@ -395,9 +395,12 @@ extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_
     plan->radius2 = radius2;
     const int64_t cells = pcops_grid_budget(N, 1.0);
     const bool grid_ok = 2 * B * cells + 1 < INT_MAX && B * N < INT_MAX && B * M < INT_MAX;
-    // AUTO, from one H100 run (BENCHMARKS.md): the warp-per-query brute force with its early
-    // exit won at N = 1024 and 4096, the grid at N = 1e6; the grid from N = 32768 up.
-    if (variant == PCOPS_SEARCH_AUTO) variant = N >= 32768 ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
+    // AUTO, from the H100 (BENCHMARKS.md, stop 23; uniform clouds, ~S/2 and ~2S refs a ball,
+    // S = 16, 32, 64): the warp-per-query brute force with its early exit wins up to N = 8192
+    // (4096: 0.07-0.10 ms against 0.16-0.45), the grid from N = 16384 (0.18-0.32 against
+    // 0.33-0.44, except 128 refs a ball at S = 64: 0.46 against 0.39) and by 2.2-8.5x at
+    // N = 32768-65536.
+    if (variant == PCOPS_SEARCH_AUTO) variant = N >= 16384 ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
     if (variant != PCOPS_SEARCH_GRID || !grid_ok) variant = PCOPS_SEARCH_BRUTE;
     plan->variant = variant;
     if (variant == PCOPS_SEARCH_GRID && B > 0 && M > 0) {
