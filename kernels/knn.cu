@@ -593,6 +593,37 @@ __device__ __forceinline__ unsigned long long warp_sort32(unsigned long long v) 
     return v;
 }
 
+// Writes a query's row: the kk packed (dist2 bits, idx) entries of buf sorted (in registers for
+// kk <= 32, else by the bitonic sort in buf, which holds the next power of two >= max(kk, 64)
+// entries), then (+inf, -1) up to k. buf's entries must be visible to the whole warp.
+__device__ __forceinline__ void write_selected(unsigned long long* buf, int kk, int k,
+                                               float* od, int64_t* oi) {
+    const int lane = threadIdx.x & 31;
+    if (kk > 0 && kk <= 32) {
+        unsigned long long e = lane < kk ? buf[lane] : ~0ull;
+        e = warp_sort32(e);
+        if (lane < kk) {
+            od[lane] = __uint_as_float((uint32_t)(e >> 32));
+            oi[lane] = (int64_t)(uint32_t)e;
+        }
+    } else if (kk > 32) {
+        int n = 64;
+        while (n < kk) n <<= 1;
+        for (int s = kk + lane; s < n; s += 32) buf[s] = ~0ull;
+        __syncwarp();
+        warp_bitonic_sort(buf, n);
+        for (int s = lane; s < kk; s += 32) {
+            const unsigned long long e = buf[s];
+            od[s] = __uint_as_float((uint32_t)(e >> 32));
+            oi[s] = (int64_t)(uint32_t)e;
+        }
+    }
+    for (int s = kk + lane; s < k; s += 32) {
+        od[s] = INFINITY;
+        oi[s] = -1;
+    }
+}
+
 // Grid: ceil(B * M / kSelectWarps) blocks of 32 * kSelectWarps threads; dynamic shared memory:
 // buf_n entries per warp (select_buf_entries).
 template <int R>
@@ -648,31 +679,9 @@ knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict_
                     tau, kk, buf);
             }
             __syncwarp();
-            if (kk <= 32) {  // one entry a lane, sorted in registers
-                unsigned long long e = lane < kk ? buf[lane] : ~0ull;
-                e = warp_sort32(e);
-                if (lane < kk) {
-                    od[lane] = __uint_as_float((uint32_t)(e >> 32));
-                    oi[lane] = (int64_t)(uint32_t)e;
-                }
-            } else {
-                int n = 64;
-                while (n < kk) n <<= 1;
-                for (int s = kk + lane; s < n; s += 32) buf[s] = ~0ull;
-                __syncwarp();
-                warp_bitonic_sort(buf, n);
-                for (int s = lane; s < kk; s += 32) {
-                    const unsigned long long e = buf[s];
-                    od[s] = __uint_as_float((uint32_t)(e >> 32));
-                    oi[s] = (int64_t)(uint32_t)e;
-                }
-            }
         }
     }
-    for (int s = kk + lane; s < k; s += 32) {
-        od[s] = INFINITY;
-        oi[s] = -1;
-    }
+    write_selected(buf, kk, k, od, oi);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1144,7 +1153,6 @@ knn_grid_select_kernel(const float* __restrict__ query, GridParams p,
                        const Point4<float>* __restrict__ pts, float* __restrict__ out_d,
                        int64_t* __restrict__ out_i, const int32_t* __restrict__ order) {
     extern __shared__ unsigned long long grid_select_buf[];
-    const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     int64_t t = (int64_t)blockIdx.x * kGridSelectWarps + warp;
     if (t >= p.B * p.M) return;  // warp-uniform
@@ -1159,35 +1167,7 @@ knn_grid_select_kernel(const float* __restrict__ query, GridParams p,
         grid_walk<float>(p, b, pts, qx, qy, qz, sel);
         if (sel.count > k) sel.shrink();
     }
-    // the count entries (kk <= k), sorted, then (+inf, -1)
-    const int kk = sel.count;
-    float* od = out_d + t * k;
-    int64_t* oi = out_i + t * k;
-    if (kk > 0) {
-        if (kk <= 32) {
-            unsigned long long e = lane < kk ? sel.buf[lane] : ~0ull;
-            e = warp_sort32(e);
-            if (lane < kk) {
-                od[lane] = __uint_as_float((uint32_t)(e >> 32));
-                oi[lane] = (int64_t)(uint32_t)e;
-            }
-        } else {
-            int n = 64;
-            while (n < kk) n <<= 1;
-            for (int s = kk + lane; s < n; s += 32) sel.buf[s] = ~0ull;
-            __syncwarp();
-            warp_bitonic_sort(sel.buf, n);
-            for (int s = lane; s < kk; s += 32) {
-                const unsigned long long e = sel.buf[s];
-                od[s] = __uint_as_float((uint32_t)(e >> 32));
-                oi[s] = (int64_t)(uint32_t)e;
-            }
-        }
-    }
-    for (int s = kk + lane; s < k; s += 32) {
-        od[s] = INFINITY;
-        oi[s] = -1;
-    }
+    write_selected(sel.buf, sel.count, k, out_d + t * k, out_i + t * k);
 }
 
 // Cells per cloud of the grid path: about max(3.5, k / 8) refs per cell (H100, issue-8 rows,
