@@ -667,6 +667,8 @@ knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict_
         if (kk > 0) {
             bool done = false;
             if constexpr (R >= 16) {
+                // buf holds 256 entries where k <= 64 (select_buf_entries); where k > 64 but
+                // kk <= 64 (fewer valid refs), at most kk <= 64 candidates are written
                 if (kk <= 64) done = select_filtered<R>(key, kk, buf);
             }
             if (!done) {
