@@ -38,8 +38,8 @@
  *    in its output rows.
  *  - knn_warp_select_kernel<R> (float32, N <= 32 R, R <= 32; any k): a warp per query holds
  *    the query's keys (the float bits of every distance) in registers, finds the k-th key bit
- *    by bit with warp sums, and sorts only the k selected keys in shared memory: one launch,
- *    no list to insert into, so its cost barely grows with k.
+ *    by bit with warp sums, and sorts only the k selected keys: one launch, no list to insert
+ *    into, so its cost barely grows with k.
  *  - knn_grid_select_kernel (float32, k <= 128): the grid path with a warp per query; the lanes
  *    load a run's refs 32 at a time and append those below the current bound to the warp's
  *    candidate buffer in shared memory, which the warp select's bit search shrinks to the k
@@ -418,11 +418,13 @@ knn_heap_kernel(const T* __restrict__ query, const T* __restrict__ ref, KnnParam
 // (kk = min(k, valid refs)) is found bit by bit from the top: tau gains bit b when fewer than kk
 // keys are below tau | 2^b (a warp sum of per-lane counts a bit, 31 bits). The answer is then
 // every key below tau and, among the keys equal to tau, the ones of lowest index until there
-// are kk (the ballots run in index order): exactly the kk smallest (dist2, idx) keys. They are
-// gathered in the warp's shared buffer as packed 64-bit (dist2 bits, idx) keys, sorted there by
-// a bitonic network over the next power of two (empty slots all ones) and written out; slots
-// past kk get (+inf, -1). Every step is a count or a compare of the same float bits the other
-// paths compare, so the result is theirs bit for bit.
+// are kk (the ballots run in index order): exactly the kk smallest (dist2, idx) keys. For
+// kk <= 64 the search runs only on the keys at or below a bound taken from the lanes' second
+// smallest keys (select_filtered). The selected keys are gathered in the warp's shared buffer as
+// packed 64-bit (dist2 bits, idx) keys and written out sorted (write_selected: in registers up
+// to 32, else a bitonic sort in the buffer); slots past kk get (+inf, -1). Every step is a count
+// or a compare of the same float bits the other paths compare, so the result is theirs bit for
+// bit.
 using pcops_warp::max_u32;
 using pcops_warp::sum_u32;
 
@@ -456,9 +458,6 @@ __device__ __forceinline__ void warp_bitonic_sort(unsigned long long* buf, int n
     }
 }
 
-// The kk-th smallest of the warp's keys (slots i < S of every lane: key_at(i); kk >= 1 and at
-// most the number of keys below kSelectNever): tau takes bit b, from the top, when fewer than kk
-// keys are below tau | 2^b.
 // c + (key >= cand): the carry of key - cand added in (two instructions, where the compare and
 // a select into a running count take three, in a chain).
 __device__ __forceinline__ unsigned add_if_not_below(unsigned c, uint32_t key, uint32_t cand) {
@@ -469,6 +468,9 @@ __device__ __forceinline__ unsigned add_if_not_below(unsigned c, uint32_t key, u
     return r;
 }
 
+// The kk-th smallest of the warp's keys (slots i < S of every lane: key_at(i); kk >= 1 and at
+// most the number of keys below kSelectNever): tau takes bit b, from the top, when fewer than kk
+// keys are below tau | 2^b.
 template <int S, typename KeyAt>
 __device__ __forceinline__ uint32_t warp_kth_key(KeyAt key_at, int kk) {
     uint32_t tau = 0;
