@@ -13,9 +13,9 @@ constexpr const char* kOpDist2 = "ball_query_dist2";
 
 // The internal `variant` argument: a pcops_search_variant value.
 pcops_search_variant check_search_variant(int64_t variant) {
-    TORCH_CHECK_VALUE(variant >= 0 && variant <= 3, "pcops.", kOp,
-                      ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid) or 3 "
-                      "(brute-force heap), got ", variant);
+    TORCH_CHECK_VALUE((variant >= 0 && variant <= 3) || variant == 7, "pcops.", kOp,
+                      ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid), 3 "
+                      "(brute-force heap) or 7 (split brute force), got ", variant);
     return (pcops_search_variant)variant;
 }
 
@@ -104,6 +104,15 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cpu(
 }
 
 #ifdef PCOPS_WITH_CUDA
+// The plan's workspace on the device of `like`; an undefined tensor (no allocation) for none.
+at::Tensor cuda_workspace(size_t bytes, const at::Tensor& like) {
+    if (bytes == 0) return at::Tensor();
+    return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
+}
+void* workspace_ptr(const at::Tensor& workspace) {
+    return workspace.defined() ? workspace.data_ptr() : nullptr;
+}
+
 std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, const at::Tensor& ref,
                                                    double radius, int64_t nsample,
                                                    const std::optional<at::Tensor>& query_lengths,
@@ -116,11 +125,10 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, cons
     check_cuda(kOp, pcops_ball_query_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B,
                                                     c.M, c.N, c.radius2, c.nsample,
                                                     check_search_variant(variant), &plan));
-    at::Tensor workspace =
-        at::empty({(int64_t)plan.workspace_bytes}, c.query.options().dtype(at::kByte));
+    at::Tensor workspace = cuda_workspace(plan.workspace_bytes, c.query);
     check_cuda(kOp, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                               ptr_or_null(c.query_lengths),
-                                              ptr_or_null(c.ref_lengths), workspace.data_ptr(),
+                                              ptr_or_null(c.ref_lengths), workspace_ptr(workspace),
                                               c.idx.data_ptr<int64_t>(),
                                               c.count.data_ptr<int64_t>(),
                                               at::cuda::getCurrentCUDAStream()));
@@ -138,13 +146,12 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cuda(
     const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
     check_cuda(kOpDist2, pcops_ball_query_cuda_plan_make(dtype, c.B, c.M, c.N, c.radius2,
                                                          c.nsample, PCOPS_SEARCH_AUTO, &plan));
-    at::Tensor workspace =
-        at::empty({(int64_t)plan.workspace_bytes}, c.query.options().dtype(at::kByte));
+    at::Tensor workspace = cuda_workspace(plan.workspace_bytes, c.query);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     check_cuda(kOpDist2, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                                    ptr_or_null(c.query_lengths),
                                                    ptr_or_null(c.ref_lengths),
-                                                   workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
+                                                   workspace_ptr(workspace), c.idx.data_ptr<int64_t>(),
                                                    c.count.data_ptr<int64_t>(), stream));
     at::Tensor dist2 = at::empty(c.idx.sizes(), c.query.options());
     check_cuda(kOpDist2, pcops_neighbor_dist2_count_cuda(

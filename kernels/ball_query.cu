@@ -21,6 +21,13 @@
  * and many refs (a single large scan becomes N/32 steps) and makes the early exit of a query
  * exact to 32 refs.
  *
+ * The split path (ball_query_split_kernel, nsample <= 64): a thread per query, 32 queries a block
+ * and the cloud's refs split into one range per warp of the block, each range's first S hits
+ * kept in shared memory and concatenated in range order at the end (the section's comment).
+ * A ref costs a warp a shared-memory broadcast and the distance for 32 queries (no ballot, no
+ * loop step per 32 refs), and W warps per 32 queries fill the GPU when queries are few (H100,
+ * B=32 M=512 N=1024 S=32: 16 us of kernel against the warp-per-query kernel's 46).
+ *
  * The grid path (ball_query_grid_kernel; kernels/grid.h, grid_cuda.cuh): the refs of each cloud
  * binned into a uniform grid of cells of at least half the radius on the device (a
  * stable sort: index order inside a cell), the queries in cell order (a counting sort); one
@@ -28,7 +35,8 @@
  * indices, in a sorted register list for S <= 64, else in a max-heap in its output row sorted
  * at the end (the refs of a cell are in index order, so a cell is left as soon as its indices
  * pass the largest kept one): the same first S in index order. The path is chosen by a plan
- * (pcops_ball_query_cuda_plan_make).
+ * (pcops_ball_query_cuda_plan_make): the split kernel up to a number of pairs B * M * N, the grid
+ * above, the warp-per-query kernel for nsample > 64 below N = 16384.
  */
 #include <climits>
 #include <cstdint>
@@ -145,6 +153,200 @@ cudaError_t launch_ball_query(const T* query, const T* ref, const int64_t* query
     ball_query_kernel<T><<<grid, kThreads, 0, stream>>>(query, ref, query_lengths, ref_lengths,
                                                         M, N, (T)radius2, S, blocks_per_cloud,
                                                         num_blocks, idx, count);
+    return cudaGetLastError();
+}
+
+// ------------------------------------------------------------------------------------------
+// the split brute force (PCOPS_SEARCH_BRUTE_SPLIT, S <= kSplitMaxS)
+//
+// A block of W warps takes 32 consecutive queries of one cloud, one per lane, and splits the
+// cloud's refs into W consecutive ranges of whole 32-ref chunks, one per warp. A warp stages a
+// chunk in shared memory (lane j loads ref j; +inf past the cloud's end, never in range) and
+// every lane tests the 32 refs against its own query, reading them by broadcast: a hit sets bit
+// j of a mask, and the mask's bits are appended in index order to the lane's list of at most S
+// (the first S of the warp's range). A warp stops when all its lanes hold S or its range ends.
+// Then the block concatenates each query's W lists in range order, keeps the first S (the first
+// S of the cloud in index order, as the warp-per-query kernel) and writes the row with the fill.
+// A ref costs the warp one shared-memory load, the distance and two integer instructions for 32
+// pairs (~11 warp instructions; the 8 of the distance are the floor), and W warps per 32 queries
+// fill the GPU when there are few queries; the price is no early exit across warps (each range
+// needs its own S hits) and a shared-memory list per (warp, query).
+
+constexpr int kSplitMaxS = 64;           // plans take this kernel for S <= kSplitMaxS
+constexpr int kSplitMaxWarps = 8;
+constexpr size_t kSplitSmemBytes = 48 * 1024;  // no opt-in to more dynamic shared memory
+
+template <typename T>
+struct alignas(4 * sizeof(T)) SplitRef {
+    T x, y, z, w;
+};
+
+// Odd row stride of a (warp, query) list: the lanes of a warp append at different rows without
+// bank conflicts.
+__host__ __device__ __forceinline__ int split_list_stride(int64_t S) { return (int)(S | 1); }
+
+// Shared memory of a block of the split kernel: per warp a chunk of refs, its (warp, query)
+// lists and counts; per block the 32 merged rows.
+template <typename T>
+__host__ __device__ __forceinline__ size_t split_smem_bytes(int warps, int64_t S) {
+    const size_t per_warp = 32 * (sizeof(SplitRef<T>) + sizeof(int32_t) * (split_list_stride(S) + 1));
+    return (size_t)warps * per_warp + 32 * sizeof(int32_t) * (size_t)split_list_stride(S);
+}
+
+// Warps a block of the split kernel gets: as many as fit in kSplitSmemBytes (at most
+// kSplitMaxWarps), and no more than ranges of 4 chunks (128 refs) need.
+template <typename T>
+int split_warps(int64_t N, int64_t S) {
+    int w = kSplitMaxWarps;
+    while (w > 1 && split_smem_bytes<T>(w, S) > kSplitSmemBytes) --w;
+    const int64_t by_n = (N + 127) / 128;
+    if (by_n < w) w = (int)(by_n < 1 ? 1 : by_n);
+    return w < 1 ? 1 : w;
+}
+
+// Sizes the split kernel takes: its indices and group numbers are int32.
+__host__ __device__ __forceinline__ bool split_fits(int64_t B, int64_t M, int64_t N, int64_t S) {
+    return S >= 1 && S <= kSplitMaxS && M <= INT_MAX - 31 && N <= INT_MAX - 1024 &&
+           B * ((M + 31) / 32) <= INT_MAX;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kSplitMaxWarps)
+ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
+                        const int64_t* __restrict__ query_lengths,
+                        const int64_t* __restrict__ ref_lengths, int M, int N, T radius2, int S,
+                        int groups_per_cloud, int num_groups, int64_t* __restrict__ idx,
+                        int64_t* __restrict__ count) {
+    extern __shared__ __align__(16) unsigned char split_smem[];
+    const int W = (int)(blockDim.x >> 5);
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int stride = split_list_stride(S);
+    SplitRef<T>* stage = reinterpret_cast<SplitRef<T>*>(split_smem) + warp * 32;
+    int32_t* lists = reinterpret_cast<int32_t*>(split_smem + (size_t)W * 32 * sizeof(SplitRef<T>));
+    int32_t* merged = lists + W * 32 * stride;  // [32][stride]: the queries' result rows
+    int32_t* counts = merged + 32 * stride;
+    int32_t* my_list = lists + (warp * 32 + lane) * stride;
+    const T inf = (T)INFINITY;
+
+    // Grid-stride over groups of 32 queries; the barriers' conditions depend on the group only.
+    for (int grp = blockIdx.x; grp < num_groups; grp += gridDim.x) {
+        const int b = (int)((unsigned)grp / (unsigned)groups_per_cloud);
+        const int m0 = (grp - b * groups_per_cloud) * 32;
+        const int L_query = (int)pcops_valid_length(query_lengths, b, M);
+        const int L_ref = (int)pcops_valid_length(ref_lengths, b, N);
+        const T* cloud = ref + (int64_t)b * N * 3;
+
+        // phase 1: this warp's range of whole chunks, this lane's query
+        const int m = m0 + lane;
+        const bool active = m < M && m < L_query;
+        T qx = T(0), qy = T(0), qz = T(0);
+        if (active) {
+            const T* q = query + ((int64_t)b * M + m) * 3;
+            qx = q[0];
+            qy = q[1];
+            qz = q[2];
+        }
+        const int chunks = (int)(((unsigned)L_ref + 31u) >> 5);
+        const int per_warp = (int)(((unsigned)chunks + (unsigned)W - 1u) / (unsigned)W);
+        const int lo = warp * per_warp * 32;
+        const int hi = min(lo + per_warp * 32, L_ref);
+        int cnt = 0;
+        bool done = !active;
+        if (lo < hi && !__all_sync(kFullMask, done)) {
+            T nx = inf, ny = inf, nz = inf;  // this lane's ref of the next chunk, loaded ahead
+            if (lo + lane < hi) {
+                const T* r = cloud + (int64_t)(lo + lane) * 3;
+                nx = r[0];
+                ny = r[1];
+                nz = r[2];
+            }
+            for (int c0 = lo; c0 < hi; c0 += 32) {
+                __syncwarp();  // the previous chunk is read by every lane
+                stage[lane] = SplitRef<T>{nx, ny, nz, T(0)};
+                __syncwarp();
+                const int nn = c0 + 32 + lane;
+                nx = ny = nz = inf;
+                if (nn < hi) {
+                    const T* r = cloud + (int64_t)nn * 3;
+                    nx = r[0];
+                    ny = r[1];
+                    nz = r[2];
+                }
+                unsigned mask = 0u;
+                if constexpr (sizeof(T) == 4) {
+                    // d >= +0 or NaN (the GPU's NaN is 0x7fffffff) and 0 < radius2 <= +inf: as
+                    // uint32 both lie in [0, 2^31), so the sign of the bits' difference is
+                    // d < radius2 (false for NaN); a funnel shift appends it, ref j at bit 31 - j
+                    const unsigned r2bits = __float_as_uint(radius2);
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) {
+                        const SplitRef<T> p = stage[j];
+                        const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
+                        mask = __funnelshift_l(__float_as_uint(d) - r2bits, mask, 1);
+                    }
+                    mask = __brev(mask);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) {
+                        const SplitRef<T> p = stage[j];
+                        const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
+                        mask |= (d < radius2 ? 1u : 0u) << j;  // NaN is never a neighbour
+                    }
+                }
+                if (done) mask = 0u;
+                while (mask != 0u && cnt < S) {
+                    my_list[cnt++] = c0 + (__ffs(mask) - 1);
+                    mask &= mask - 1u;
+                }
+                done = done || cnt >= S;
+                if (__all_sync(kFullMask, done)) break;
+            }
+        }
+        counts[warp * 32 + lane] = cnt;
+        __syncthreads();
+
+        // phase 2: thread (w, q) copies range w's list of query q to the query's merged row at
+        // the ranges' offset (the counts of the ranges before it), up to slot S, and fills
+        // slots w, w + W, ... from the number found on with the first neighbour (-1 if none)
+        int before = 0, total = 0, first = -1;
+        for (int u = 0; u < W; ++u) {
+            const int cu = counts[u * 32 + lane];
+            if (first < 0 && cu > 0) first = lists[(u * 32 + lane) * stride];
+            before += u < warp ? cu : 0;
+            total += cu;
+        }
+        const int found = min(total, S);
+        int32_t* row = merged + lane * stride;
+        for (int i = 0; i < cnt && before + i < S; ++i) row[before + i] = my_list[i];
+        for (int s = found + warp; s < S; s += W) row[s] = first;
+        if (warp == 0 && m < M) count[(int64_t)b * M + m] = found;
+        __syncthreads();
+        // the rows to global memory, a warp per row, coalesced
+        for (int qq = warp; qq < 32; qq += W) {
+            const int mq = m0 + qq;
+            if (mq >= M) break;
+            int64_t* out = idx + ((int64_t)b * M + mq) * S;
+            for (int s = lane; s < S; s += 32) out[s] = merged[qq * stride + s];
+        }
+        __syncthreads();  // the lists and counts are reused by the next group
+    }
+}
+
+template <typename T>
+cudaError_t launch_ball_query_split(const T* query, const T* ref, const int64_t* query_lengths,
+                                    const int64_t* ref_lengths, int64_t B, int64_t M, int64_t N,
+                                    double radius2, int64_t S, int64_t warps, int64_t* idx,
+                                    int64_t* count, cudaStream_t stream) {
+    const int64_t groups_per_cloud = (M + 31) / 32;
+    const int64_t num_groups = B * groups_per_cloud;
+    if (!split_fits(B, M, N, S) || warps < 1 || warps > kSplitMaxWarps)
+        return cudaErrorInvalidValue;
+    const size_t smem = split_smem_bytes<T>((int)warps, S);
+    if (smem > kSplitSmemBytes) return cudaErrorInvalidValue;
+    ball_query_split_kernel<T><<<(unsigned)num_groups, (unsigned)(32 * warps), smem, stream>>>(
+        query, ref, query_lengths, ref_lengths, (int)M, (int)N, (T)radius2, (int)S,
+        (int)groups_per_cloud, (int)num_groups, idx, count);
     return cudaGetLastError();
 }
 
@@ -395,14 +597,34 @@ extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_
     plan->radius2 = radius2;
     const int64_t cells = pcops_grid_budget(N, 1.0);
     const bool grid_ok = 2 * B * cells + 1 < INT_MAX && B * N < INT_MAX && B * M < INT_MAX;
-    // AUTO, from the H100 (BENCHMARKS.md, stop 23; uniform clouds, ~S/2 and ~2S refs a ball,
-    // S = 16, 32, 64): the warp-per-query brute force with its early exit wins up to N = 8192
-    // (4096: 0.07-0.10 ms against 0.16-0.45), the grid from N = 16384 (0.18-0.32 against
-    // 0.33-0.44, except 128 refs a ball at S = 64: 0.46 against 0.39) and by 2.2-8.5x at
-    // N = 32768-65536.
-    if (variant == PCOPS_SEARCH_AUTO) variant = N >= 16384 ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
-    if (variant != PCOPS_SEARCH_GRID || !grid_ok) variant = PCOPS_SEARCH_BRUTE;
+    // AUTO, from the H100 (BENCHMARKS.md, stop 24; uniform clouds, ~S/2 refs a ball, ms from
+    // an idle GPU, L2 flushed). The split brute force costs ~0.02 ms + 0.49 ms per 1e9 pairs
+    // (B * M * N) whatever S; the grid ~0.16-0.35 ms at S = 16 and 0.28-1.3 ms at S = 64 for
+    // 2.7e8-2.1e9 pairs. The split kernel up to 4e8 pairs for S <= 32 (2.7e8: 0.14-0.15 against
+    // the grid's 0.17-0.20; 5.4e8, S = 16: 0.26-0.27 against 0.16-0.23) and up to 1.2e9 for
+    // S <= 64 (1.1e9, S = 64: 0.52-0.53 against 0.45-1.33; 2.1e9: 1.00 against 0.46); the grid
+    // above. For S > 64 (the warp-per-query kernel) the grid from N = 16384 (stop 23: the
+    // brute force wins up to N = 8192 by 1.6-4.5x, the grid from 16384 by 1.2-8.5x).
+    // A few groups of 32 queries against a large cloud leave the split kernel a long scan per
+    // warp on a few SMs: the grid there too (N > 32768 and fewer than 264 groups, 2 an SM).
+    const bool split_ok = split_fits(B, M, N, S);
+    const double pairs = (double)B * (double)M * (double)N;
+    const bool few_groups = N > 32768 && B * ((M + 31) / 32) < 264;
+    if (variant == PCOPS_SEARCH_AUTO) {
+        if (split_ok && pairs <= (S <= 32 ? 4e8 : 1.2e9) && !few_groups)
+            variant = PCOPS_SEARCH_BRUTE_SPLIT;
+        else if (N >= 16384)
+            variant = PCOPS_SEARCH_GRID;
+        else
+            variant = split_ok ? PCOPS_SEARCH_BRUTE_SPLIT : PCOPS_SEARCH_BRUTE;
+    }
+    if (variant == PCOPS_SEARCH_GRID && !grid_ok) variant = PCOPS_SEARCH_BRUTE_SPLIT;
+    if (variant == PCOPS_SEARCH_BRUTE_SPLIT && !split_ok) variant = PCOPS_SEARCH_BRUTE;
+    if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_SPLIT)
+        variant = PCOPS_SEARCH_BRUTE;
     plan->variant = variant;
+    if (variant == PCOPS_SEARCH_BRUTE_SPLIT)
+        plan->warps = dtype == PCOPS_FLOAT32 ? split_warps<float>(N, S) : split_warps<double>(N, S);
     if (variant == PCOPS_SEARCH_GRID && B > 0 && M > 0) {
         plan->cells = cells;
         // the stable grid of the refs, then the counting sort of the queries (no refs)
@@ -423,10 +645,17 @@ extern "C" cudaError_t pcops_ball_query_cuda_run(const pcops_ball_query_cuda_pla
                                                  int64_t* idx, int64_t* count,
                                                  cudaStream_t stream) {
     if (!plan) return cudaErrorInvalidValue;
-    if (plan->variant != PCOPS_SEARCH_GRID)
+    if (plan->variant == PCOPS_SEARCH_BRUTE)
         return pcops_ball_query_cuda(plan->dtype, query, ref, query_lengths, ref_lengths, plan->B,
                                      plan->M, plan->N, plan->radius2, plan->S, idx, count, stream);
     if (plan->B == 0 || plan->M == 0) return cudaSuccess;
+    if (plan->variant == PCOPS_SEARCH_BRUTE_SPLIT)
+        return pcops_dispatch_float(plan->dtype, stream, [&](auto zero) {
+            using T = decltype(zero);
+            return launch_ball_query_split((const T*)query, (const T*)ref, query_lengths,
+                                           ref_lengths, plan->B, plan->M, plan->N, plan->radius2,
+                                           plan->S, plan->warps, idx, count, stream);
+        });
     if (workspace == nullptr) return cudaErrorInvalidValue;
     return pcops_dispatch_float(plan->dtype, stream, [&](auto zero) {
         using T = decltype(zero);

@@ -154,7 +154,9 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
  * WARP_SELECT (CUDA kNN, float32 clouds of at most 1024 refs; BRUTE elsewhere) is a brute force
  * with a warp per query that finds the k-th key by bits and sorts only the selected keys;
  * GRID_SELECT (CUDA kNN, float32, k <= 128; GRID elsewhere on CUDA, BRUTE on the CPU) walks the
- * grid with a warp per query and keeps its candidates in a buffer shrunk by the same select. */
+ * grid with a warp per query and keeps its candidates in a buffer shrunk by the same select;
+ * BRUTE_SPLIT (CUDA ball query, nsample <= 64; BRUTE elsewhere) is a brute force with a thread
+ * per query whose block splits the refs among its warps. */
 typedef enum pcops_search_variant {
     PCOPS_SEARCH_AUTO = 0,
     PCOPS_SEARCH_BRUTE = 1,
@@ -163,6 +165,7 @@ typedef enum pcops_search_variant {
     PCOPS_SEARCH_GRID_BASELINE = 4,
     PCOPS_SEARCH_WARP_SELECT = 5,
     PCOPS_SEARCH_GRID_SELECT = 6,
+    PCOPS_SEARCH_BRUTE_SPLIT = 7,
 } pcops_search_variant;
 
 /* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is
@@ -446,8 +449,9 @@ typedef struct pcops_ball_query_cuda_plan {
     pcops_dtype dtype;
     int64_t B, M, N, S;
     double radius2;
-    pcops_search_variant variant; /* what runs: BRUTE or GRID */
+    pcops_search_variant variant; /* what runs: BRUTE, BRUTE_SPLIT or GRID */
     int64_t cells;                /* GRID: cell budget per cloud */
+    int64_t warps;                /* BRUTE_SPLIT: warps a block (ranges of the refs) */
     size_t workspace_bytes;
 } pcops_ball_query_cuda_plan;
 cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,

@@ -410,3 +410,96 @@ def test_cuda_torch_compile_fullgraph(cuda, gen):
     for _ in range(3):
         out = graphed(query, ref)
     assert_equal(out, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# the split brute force (internal variant 7, CUDA, nsample <= 64): a thread per query, the refs
+# split among the block's warps, the ranges' lists concatenated; against the warp-per-query
+# brute force (variant 1) bit for bit, and against NumPy
+
+
+def _split_vs_brute(query, ref, radius, S, ql=None, rl=None):
+    brute = bq_op(query, ref, radius, S, ql, rl, 1)
+    split = bq_op(query, ref, radius, S, ql, rl, 7)
+    assert_equal(split[0], brute[0], what="split idx vs brute force")
+    assert_equal(split[1], brute[1], what="split count vs brute force")
+    return split
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("B,M,N,S", [(1, 1, 1, 1), (2, 31, 33, 5), (3, 33, 127, 64), (2, 40, 129, 63),
+                                     (2, 70, 1000, 32), (1, 65, 4100, 16), (2, 5, 5000, 40)])
+def test_cuda_split_matches_brute_and_reference(cuda, gen, dtype, B, M, N, S):
+    """M and N off multiples of 32, ranges of 1-8 warps (N / 128), lists of 1-64, ragged
+    lengths, radii from nearly empty balls to balls holding every ref (each range fills its
+    list and stops early)."""
+    ref, query = rand_points(B, N, gen, dtype=dtype), rand_points(B, M, gen, dtype=dtype)
+    ql = random_lengths(B, M, gen, device="cuda")
+    rl = random_lengths(B, N, gen, device="cuda")
+    for radius in (0.05, 0.3, 2.0):
+        idx, count = _split_vs_brute(query.cuda(), ref.cuda(), radius, S)
+        e_idx, e_count = ball_query_reference(query.numpy(), ref.numpy(), radius, S)
+        assert_equal(idx, torch.from_numpy(e_idx))
+        assert_equal(count, torch.from_numpy(e_count))
+        _split_vs_brute(query.cuda(), ref.cuda(), radius, S, ql, rl)
+        _split_vs_brute(query.cuda(), ref.cuda(), radius, S, None, rl)
+
+
+def test_cuda_split_clusters_duplicates_and_non_finite(cuda, gen):
+    """Dense clusters (hits bunched in one warp's range), identical points (every ref a hit),
+    NaN / inf refs and queries (never neighbours / none), UTM coordinates."""
+    B, M, N = 2, 100, 2000
+    cl = clustered_points(B, N, gen, clusters=3)
+    same = torch.full((B, N, 3), 0.25, dtype=torch.float32)
+    utm = rand_points(B, N, gen, scale=100.0, offset=1e5)
+    bad = rand_points(B, N, gen)
+    bad[0, ::7, 1] = float("nan")
+    bad[1, ::5, 0] = float("inf")
+    bad[1, 1::9, 2] = -float("nan")  # sign bit set
+    assert (bad[1, 1].view(torch.int32)[2] < 0).item()
+    for ref, radius in ((cl, 0.05), (same, 0.1), (utm, 9.0), (bad, 0.2)):
+        query = ref[:, :M].clone()
+        query[0, 3] = float("nan")
+        query[1, 4, 2] = float("-inf")
+        for S in (1, 16, 64):
+            idx, count = _split_vs_brute(query.cuda(), ref.cuda(), radius, S)
+            assert (count[0, 3] == 0).item() and (count[1, 4] == 0).item()
+            assert (idx[0, 3] == -1).all()
+
+
+def test_cuda_split_poisoned_outputs_and_auto(cuda, gen):
+    """Every slot and count is written (outputs pre-filled with garbage by the caching
+    allocator's previous block); AUTO takes the split path for S <= 64 at these sizes and the
+    warp-per-query kernel above (both equal to the reference)."""
+    B, M, N = 4, 96, 1024
+    ref, query = rand_points(B, N, gen), rand_points(B, M, gen)
+    for S in (32, 64, 65, 100):
+        torch.full((B * M * S * 4,), 0x5A5A5A5A, dtype=torch.int32, device="cuda")  # poison, freed
+        idx, count = pcops.ball_query(query.cuda(), ref.cuda(), 0.3, S, return_count=True)
+        e_idx, e_count = ball_query_reference(query.numpy(), ref.numpy(), 0.3, S)
+        assert_equal(idx, torch.from_numpy(e_idx))
+        assert_equal(count, torch.from_numpy(e_count))
+    # S > 64: the split variant falls back to the warp-per-query kernel
+    _split_vs_brute(query.cuda(), ref.cuda(), 0.3, 65)
+
+
+def test_cuda_split_graph_capture(cuda, gen):
+    B, M, N, S = 3, 50, 700, 32
+    ref, query = rand_points(B, N, gen).cuda(), rand_points(B, M, gen).cuda()
+    rl = torch.full((B,), N, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        bq_op(query, ref, 0.2, S, None, rl, 7)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        idx, count = bq_op(query, ref, 0.2, S, None, rl, 7)
+    new_ref, new_query, new_rl = rand_points(B, N, gen), rand_points(B, M, gen), random_lengths(B, N, gen)
+    ref.copy_(new_ref), query.copy_(new_query), rl.copy_(new_rl)
+    graph.replay()
+    torch.cuda.synchronize()
+    e_idx, e_count = ball_query_reference(new_query.numpy(), new_ref.numpy(), 0.2, S, None, new_rl)
+    assert_equal(idx, torch.from_numpy(e_idx))
+    assert_equal(count, torch.from_numpy(e_count))

@@ -22,7 +22,9 @@ bq_op = torch.ops.pcops.ball_query.default
 # runs (kernels/knn.c, knn_wide_list); both builds must give the brute force's bits
 # GRID_SELECT (CUDA kNN, float32, k <= 128): a warp per query over the same grid, its candidates
 # in a buffer shrunk by a bit-search select (the grid on CUDA elsewhere, the brute force on the CPU)
-BRUTE, GRID, GRID_BASELINE, GRID_SELECT = 1, 2, 4, 6
+# BRUTE_SPLIT (CUDA ball query, nsample <= 64): a thread per query, the refs split among a
+# block's warps (the warp-per-query brute force on the CPU and above 64)
+BRUTE, GRID, GRID_BASELINE, GRID_SELECT, BRUTE_SPLIT = 1, 2, 4, 6, 7
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KITTI = os.path.join(ROOT, ".data", "scans", "kitti_velodyne_000000.npy")
 
@@ -129,6 +131,9 @@ def check_bq(query, ref, radius, S, ql=None, rl=None):
     (i1, c1), (i2, c2) = bq_op(query, ref, radius, S, ql, rl, BRUTE), bq_op(query, ref, radius, S, ql, rl, GRID)
     assert_equal(i2, i1, what="grid idx vs brute force")
     assert_equal(c2, c1, what="grid count vs brute force")
+    i3, c3 = bq_op(query, ref, radius, S, ql, rl, BRUTE_SPLIT)
+    assert_equal(i3, i1, what="split brute force idx vs brute force")
+    assert_equal(c3, c1, what="split brute force count vs brute force")
     return i1, c1
 
 
@@ -347,6 +352,7 @@ def test_opcheck_variants(device, gen):
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BASELINE))
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, 5))  # warp select
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_SELECT))
+    torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, BRUTE_SPLIT))
 
 
 def test_bad_variant(device, gen):
@@ -355,6 +361,9 @@ def test_bad_variant(device, gen):
         knn_op(q, q, 2, None, None, 7)
     with pytest.raises(ValueError, match=r"pcops\.ball_query: argument 'variant'"):
         bq_op(q, q, 0.1, 2, None, None, -1)
+    for v in (4, 5, 6, 8):
+        with pytest.raises(ValueError, match=r"pcops\.ball_query: argument 'variant'"):
+            bq_op(q, q, 0.1, 2, None, None, v)
 
 
 @pytest.mark.parametrize("shape", ["uniform", "blobs", "plane", "kitti", "utm"])
