@@ -429,9 +429,10 @@ def _split_vs_brute(query, ref, radius, S, ql=None, rl=None):
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("B,M,N,S", [(1, 1, 1, 1), (2, 31, 33, 5), (3, 33, 127, 64), (2, 40, 129, 63),
-                                     (2, 70, 1000, 32), (1, 65, 4100, 16), (2, 5, 5000, 40)])
+                                     (2, 40, 300, 8), (2, 70, 1000, 32), (1, 65, 4100, 16),
+                                     (2, 5, 5000, 40), (1, 40, 9000, 32)])
 def test_cuda_split_matches_brute_and_reference(cuda, gen, dtype, B, M, N, S):
-    """M and N off multiples of 32, ranges of 1-8 warps (N / 128), lists of 1-64, ragged
+    """M and N off multiples of 32, blocks of 1, 2, 3, 4 and 8 warps (ranges of the refs), lists of 1-64, ragged
     lengths, radii from nearly empty balls to balls holding every ref (each range fills its
     list and stops early)."""
     ref, query = rand_points(B, N, gen, dtype=dtype), rand_points(B, M, gen, dtype=dtype)
