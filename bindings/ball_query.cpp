@@ -104,15 +104,6 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cpu(
 }
 
 #ifdef PCOPS_WITH_CUDA
-// The plan's workspace on the device of `like`; an undefined tensor (no allocation) for none.
-at::Tensor cuda_workspace(size_t bytes, const at::Tensor& like) {
-    if (bytes == 0) return at::Tensor();
-    return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
-}
-void* workspace_ptr(const at::Tensor& workspace) {
-    return workspace.defined() ? workspace.data_ptr() : nullptr;
-}
-
 std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, const at::Tensor& ref,
                                                    double radius, int64_t nsample,
                                                    const std::optional<at::Tensor>& query_lengths,
@@ -125,7 +116,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, cons
     check_cuda(kOp, pcops_ball_query_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B,
                                                     c.M, c.N, c.radius2, c.nsample,
                                                     check_search_variant(variant), &plan));
-    at::Tensor workspace = cuda_workspace(plan.workspace_bytes, c.query);
+    at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
     check_cuda(kOp, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                               ptr_or_null(c.query_lengths),
                                               ptr_or_null(c.ref_lengths), workspace_ptr(workspace),
@@ -146,7 +137,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cuda(
     const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
     check_cuda(kOpDist2, pcops_ball_query_cuda_plan_make(dtype, c.B, c.M, c.N, c.radius2,
                                                          c.nsample, PCOPS_SEARCH_AUTO, &plan));
-    at::Tensor workspace = cuda_workspace(plan.workspace_bytes, c.query);
+    at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     check_cuda(kOpDist2, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                                    ptr_or_null(c.query_lengths),

@@ -82,16 +82,15 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
     TORCH_CHECK_VALUE(c.M <= INT_MAX && c.N <= INT_MAX && c.k <= INT_MAX, "pcops.", kOp,
                       ": on CUDA, M, N and k must be at most 2**31 - 1, got M = ", c.M,
                       ", N = ", c.N, ", k = ", c.k);
-    pcops_search_variant v = check_search_variant(kOp, variant);
-    if (v == PCOPS_SEARCH_GRID_BASELINE) v = PCOPS_SEARCH_GRID;  // one CUDA build of the grid
+    // GRID_BASELINE on CUDA: the grid with its general build (no one-block build)
+    const pcops_search_variant v = check_search_variant(kOp, variant);
     pcops_knn_cuda_plan plan;
     check_cuda(kOp, pcops_knn_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B, c.M,
                                              c.N, c.k, v, &plan));
-    at::Tensor workspace =
-        at::empty({(int64_t)plan.workspace_bytes}, c.query.options().dtype(at::kByte));
+    at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
     check_cuda(kOp, pcops_knn_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                        ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths),
-                                       workspace.data_ptr(), c.dist2.data_ptr(),
+                                       workspace_ptr(workspace), c.dist2.data_ptr(),
                                        c.idx.data_ptr<int64_t>(),
                                        at::cuda::getCurrentCUDAStream()));
     return {c.dist2.to(query.scalar_type()), c.idx};

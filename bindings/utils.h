@@ -133,6 +133,16 @@ inline const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
     return t ? t->data_ptr<int64_t>() : nullptr;
 }
 
+// A plan's workspace of `bytes` on the device of `like`, or an undefined tensor (no allocation,
+// no allocator call) for 0 bytes; workspace_ptr gives its data or NULL.
+inline at::Tensor workspace_tensor(size_t bytes, const at::Tensor& like) {
+    if (bytes == 0) return at::Tensor();
+    return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
+}
+inline void* workspace_ptr(const at::Tensor& workspace) {
+    return workspace.defined() ? workspace.data_ptr() : nullptr;
+}
+
 // Raises if a CPU kernel returned an error.
 void check_status(const char* op, pcops_status status);
 

@@ -15,7 +15,9 @@
  *
  * build_counting() (kNN) bins the refs and the queries together by a counting sort instead:
  * the queries in cell order, so that the 32 queries of a warp are neighbours in space and walk
- * nearly the same cells (less divergence, the cells' refs shared in L1).
+ * nearly the same cells (less divergence, the cells' refs shared in L1). build_small() does
+ * the same for clouds of at most 4096 refs and queries in one launch, a block per cloud (its
+ * starts with a stride of C + 1).
  */
 #pragma once
 
@@ -454,6 +456,195 @@ cudaError_t build_counting(const T* ref, const int64_t* ref_lengths, const T* qu
     if (err != cudaSuccess || items == 0) return err;
     scatter_kernel<T><<<blocks, kThreads, 0, stream>>>(ref, B, N, M, C, s.keys, s.rank, s.start,
                                                        s.pts, s.ids, s.order);
+    return cudaGetLastError();
+}
+
+// ------------------------------------------------------------------------------------------
+// The one-block build (kNN, small clouds): one block per cloud does build_counting's work in
+// one launch -- the box, the grid, the counts of refs and queries per cell in shared memory,
+// their scan and the scatter -- instead of two memsets, four kernels and a device scan (whose
+// launches cost more host time than the GPU spends on a cloud of a few thousand points). The
+// order inside a cell is again that of the atomics. Layout: cloud b's sorted refs at
+// [b * N, b * N + binned), its query slots at [b * M, (b + 1) * M), and its cell starts at
+// start[b * (C + 1) + c] for c in [0, C] (the extra entry ends the last cell whatever the
+// cloud's count): the walk takes C + 1 as the stride of start (GridParams::C).
+constexpr int kSmallBuildThreads = 1024;
+constexpr int64_t kSmallBuildMaxCells = 4096;  // 2 C counts in 32 KB of shared memory
+// Refs (and queries) a thread: clouds of at most 4096 refs and queries. H100, ms from an idle
+// GPU against build_counting: B=16 M=N=4096 k=16 0.184 / 0.192, 32 x 1024 of 2048 0.137 / 0.152,
+// 64 x 2048 0.263 / 0.277 (host time of the call 36-41 us against 58-70); at 8192 one block a
+// cloud is the slower build (8 x 8192 0.201 / 0.189, 4 x 8192 k=8 0.115 / 0.098).
+constexpr int kSmallBuildPer = 4;
+
+inline bool small_build_ok(int64_t N, int64_t M, int64_t C) {
+    return C <= kSmallBuildMaxCells && N <= kSmallBuildPer * kSmallBuildThreads &&
+           M <= kSmallBuildPer * kSmallBuildThreads;
+}
+
+// The exclusive prefix sum of v over the block's threads in thread order (and the block's
+// total in *total); `red` holds 32 ints.
+__device__ __forceinline__ int block_exclusive_scan(int v, int* red, int* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int incl = v;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += u;
+    }
+    if (lane == 31) red[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        const int nw = (int)(blockDim.x >> 5);
+        int w = lane < nw ? red[lane] : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int u = __shfl_up_sync(0xffffffffu, w, d);
+            if (lane >= d) w += u;
+        }
+        red[lane] = w;  // inclusive over warps
+    }
+    __syncthreads();
+    const int before = warp > 0 ? red[warp - 1] : 0;
+    *total = red[31];
+    __syncthreads();  // red is reused by the caller
+    return before + incl - v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSmallBuildThreads)
+build_small_kernel(const T* __restrict__ ref, const int64_t* __restrict__ ref_lengths,
+                   const T* __restrict__ query, const int64_t* __restrict__ query_lengths,
+                   int N, int M, int C, pcops_grid* __restrict__ grids,
+                   int32_t* __restrict__ start, int32_t* __restrict__ ids,
+                   int32_t* __restrict__ order, Point4<T>* __restrict__ pts) {
+    extern __shared__ int32_t small_counts[];  // [2 C]: refs, then queries, per cell
+    __shared__ double red_box[6][kSmallBuildThreads / 32];
+    __shared__ int red[32];
+    __shared__ pcops_grid gs;
+    const int b = blockIdx.x;
+    const int L = (int)pcops_valid_length(ref_lengths, b, N);
+    const int Lq = (int)pcops_valid_length(query_lengths, b, M);
+    const T* cloud = ref + (int64_t)b * N * 3;
+    const T* qcloud = query + (int64_t)b * M * 3;
+    const int tid = threadIdx.x, nt = kSmallBuildThreads;  // the launch's block size
+    const int lane = tid & 31, warp = tid >> 5;
+
+    // the box of the valid finite refs, as grid_box_kernel
+    double v[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    for (int i = tid; i < L; i += nt) {
+        const double x = cloud[3 * i], y = cloud[3 * i + 1], z = cloud[3 * i + 2];
+        if (!pcops_grid_finite3(x, y, z)) continue;
+        v[0] = dmin(v[0], x);
+        v[1] = dmin(v[1], y);
+        v[2] = dmin(v[2], z);
+        v[3] = dmax(v[3], x);
+        v[4] = dmax(v[4], y);
+        v[5] = dmax(v[5], z);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        for (int j = 0; j < 3; ++j) v[j] = dmin(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+        for (int j = 3; j < 6; ++j) v[j] = dmax(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+    }
+    if (lane == 0)
+        for (int j = 0; j < 6; ++j) red_box[j][warp] = v[j];
+    for (int i = tid; i < 2 * C; i += nt) small_counts[i] = 0;
+    __syncthreads();
+    if (tid == 0) {
+        double r[6];
+        for (int j = 0; j < 6; ++j) {
+            r[j] = red_box[j][0];
+            for (int w = 1; w < nt / 32; ++w)
+                r[j] = j < 3 ? dmin(r[j], red_box[j][w]) : dmax(r[j], red_box[j][w]);
+        }
+        pcops_grid g;
+        if (r[0] <= r[3]) {  // a finite ref
+            const double lo[3] = {r[0], r[1], r[2]}, hi[3] = {r[3], r[4], r[5]};
+            pcops_grid_setup(&g, lo, hi, C, 0.0);
+        } else {
+            pcops_grid_set_empty(&g);
+        }
+        gs = g;
+        grids[b] = g;
+    }
+    __syncthreads();
+    const pcops_grid g = gs;
+
+    // counts per cell: refs without a cell are left out; a query slot without a valid finite
+    // query goes to the last cell (as build_counting)
+    // Item j of a thread is tid + j * nt (at most kSmallBuildPer of each kind); its cell stays
+    // in a register for the scatter.
+    int ref_cell[kSmallBuildPer], query_cell[kSmallBuildPer];
+#pragma unroll
+    for (int j = 0; j < kSmallBuildPer; ++j) {
+        const int i = tid + j * nt;
+        int c = -1;
+        if (i < L) {
+            const double x = cloud[3 * i], y = cloud[3 * i + 1], z = cloud[3 * i + 2];
+            if (pcops_grid_finite3(x, y, z)) c = (int)pcops_grid_cell(&g, x, y, z);
+        }
+        ref_cell[j] = c;
+        if (c >= 0) atomicAdd(small_counts + c, 1);
+    }
+#pragma unroll
+    for (int j = 0; j < kSmallBuildPer; ++j) {
+        const int m = tid + j * nt;
+        int c = C - 1;
+        if (m < Lq && g.cells > 0) {
+            const double x = qcloud[3 * m], y = qcloud[3 * m + 1], z = qcloud[3 * m + 2];
+            if (pcops_grid_finite3(x, y, z)) c = (int)pcops_grid_cell(&g, x, y, z);
+        }
+        query_cell[j] = c;
+        if (m < M) atomicAdd(small_counts + C + c, 1);
+    }
+    __syncthreads();
+
+    // exclusive scan of the 2 C counts, a contiguous segment a thread
+    const int per = (2 * C + nt - 1) / nt;
+    const int s0 = min(tid * per, 2 * C), s1 = min(s0 + per, 2 * C);
+    int sum = 0;
+    for (int i = s0; i < s1; ++i) sum += small_counts[i];
+    int total;
+    int run = block_exclusive_scan(sum, red, &total);
+    for (int i = s0; i < s1; ++i) {
+        const int cnt = small_counts[i];
+        small_counts[i] = run;
+        run += cnt;
+    }
+    __syncthreads();
+    const int binned = small_counts[C];  // refs with a cell (the queries' part starts here)
+    int32_t* st = start + (int64_t)b * (C + 1);
+    for (int c = tid; c < C; c += nt) st[c] = b * N + small_counts[c];
+    if (tid == 0) st[C] = b * N + binned;
+    __syncthreads();  // every start read before the cursors move
+
+    // scatter: the cursors are the starts; the queries' relative to their part
+#pragma unroll
+    for (int j = 0; j < kSmallBuildPer; ++j) {
+        const int i = tid + j * nt, c = ref_cell[j];
+        if (c < 0) continue;  // past L, or no cell
+        const int pos = b * N + atomicAdd(small_counts + c, 1);
+        const T* r = cloud + 3 * i;
+        pts[pos] = Point4<T>{r[0], r[1], r[2], index_as<T>(i)};
+        ids[pos] = i;
+    }
+#pragma unroll
+    for (int j = 0; j < kSmallBuildPer; ++j) {
+        const int m = tid + j * nt;
+        if (m >= M) continue;
+        const int slot = atomicAdd(small_counts + C + query_cell[j], 1) - binned;
+        order[(int64_t)b * M + slot] = m;
+    }
+}
+
+template <typename T>
+cudaError_t build_small(const T* ref, const int64_t* ref_lengths, const T* query,
+                        const int64_t* query_lengths, int64_t B, int64_t N, int64_t M, int64_t C,
+                        const CountScratch<T>& s, cudaStream_t stream) {
+    if (!small_build_ok(N, M, C) || B > INT_MAX || B * N > INT_MAX) return cudaErrorInvalidValue;
+    if (B == 0) return cudaSuccess;
+    build_small_kernel<T><<<(unsigned)B, kSmallBuildThreads, 2 * C * sizeof(int32_t), stream>>>(
+        ref, ref_lengths, query, query_lengths, (int)N, (int)M, (int)C, s.grids, s.start, s.ids,
+        s.order, s.pts);
     return cudaGetLastError();
 }
 

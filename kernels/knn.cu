@@ -1200,14 +1200,19 @@ template <typename T>
 cudaError_t launch_grid(const pcops_knn_cuda_plan& plan, const T* query, const T* ref,
                         const int64_t* query_lengths, const int64_t* ref_lengths,
                         void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
+    // the one-block build lays the cell starts out with a stride of cells + 1 (grid_cuda.cuh)
+    const int64_t stride = plan.small_build ? plan.cells + 1 : plan.cells;
     pcops_grid_cuda::CountScratch<T> s;
-    pcops_grid_cuda::carve_counting<T>(workspace, plan.B, plan.N, plan.M, plan.cells, &s);
-    cudaError_t err = pcops_grid_cuda::build_counting<T>(ref, ref_lengths, query, query_lengths,
-                                                         plan.B, plan.N, plan.M, plan.cells, s,
-                                                         stream);
+    pcops_grid_cuda::carve_counting<T>(workspace, plan.B, plan.N, plan.M, stride, &s);
+    cudaError_t err =
+        plan.small_build
+            ? pcops_grid_cuda::build_small<T>(ref, ref_lengths, query, query_lengths, plan.B,
+                                              plan.N, plan.M, plan.cells, s, stream)
+            : pcops_grid_cuda::build_counting<T>(ref, ref_lengths, query, query_lengths, plan.B,
+                                                 plan.N, plan.M, plan.cells, s, stream);
     if (err != cudaSuccess) return err;
     const int32_t* order = s.order;
-    GridParams p{query_lengths, ref_lengths, plan.B, plan.M, plan.N, plan.cells, (int)plan.K,
+    GridParams p{query_lengths, ref_lengths, plan.B, plan.M, plan.N, stride, (int)plan.K,
                  s.grids, s.start, s.ids};
     if (plan.variant == PCOPS_SEARCH_GRID_SELECT) {
         if constexpr (std::is_same<T, float>::value) {
@@ -1268,6 +1273,10 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     DeviceInfo info;
     cudaError_t err = device_info(&info);
     if (err != cudaSuccess) return err;
+    // GRID_BASELINE: the grid with the general build even where the one-block build applies
+    // (tests reach both builds)
+    const bool baseline_build = variant == PCOPS_SEARCH_GRID_BASELINE;
+    if (baseline_build) variant = PCOPS_SEARCH_GRID;
     plan->dtype = dtype;
     plan->B = B;
     plan->M = M;
@@ -1314,11 +1323,12 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     if (B == 0 || M == 0) return cudaSuccess;
     if (variant == PCOPS_SEARCH_GRID || variant == PCOPS_SEARCH_GRID_SELECT) {
         plan->cells = variant == PCOPS_SEARCH_GRID_SELECT ? grid_select_cells(N, K) : cells;
-        const int64_t cells = plan->cells;
+        plan->small_build = pcops_grid_cuda::small_build_ok(N, M, plan->cells) && !baseline_build;
+        const int64_t stride = plan->small_build ? plan->cells + 1 : plan->cells;
         plan->workspace_bytes =
             dtype == PCOPS_FLOAT32
-                ? pcops_grid_cuda::carve_counting<float>(nullptr, B, N, M, cells, nullptr)
-                : pcops_grid_cuda::carve_counting<double>(nullptr, B, N, M, cells, nullptr);
+                ? pcops_grid_cuda::carve_counting<float>(nullptr, B, N, M, stride, nullptr)
+                : pcops_grid_cuda::carve_counting<double>(nullptr, B, N, M, stride, nullptr);
     } else if (variant == PCOPS_SEARCH_BRUTE) {
         plan->splits = choose_splits(B, M, N, K, info.sms);
         if (plan->splits > 1)

@@ -148,9 +148,10 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
  * tests and benchmarks force one, AUTO chooses by size. BRUTE scans every valid ref (the
  * reference; needs no workspace); GRID bins the refs of each cloud into a uniform grid
  * (kernels/grid.h) and visits only cells that can hold a result; BRUTE_HEAP (CUDA kNN only;
- * BRUTE elsewhere) is the brute force with a per-thread heap for every k; GRID_BASELINE (CPU
- * kNN: the grid path's AVX2 / SSE2 build even on a CPU with AVX-512, so that tests reach both
- * builds; pcops_knn_cuda_plan_make takes it as BRUTE, the binding passes GRID there);
+ * BRUTE elsewhere) is the brute force with a per-thread heap for every k; GRID_BASELINE (kNN:
+ * on the CPU the grid path's AVX2 / SSE2 build even on a CPU with AVX-512, on CUDA the grid with
+ * its general build even where the one-block build of small clouds applies, so that tests reach
+ * both builds);
  * WARP_SELECT (CUDA kNN, float32 clouds of at most 1024 refs; BRUTE elsewhere) is a brute force
  * with a warp per query that finds the k-th key by bits and sorts only the selected keys;
  * GRID_SELECT (CUDA kNN, float32, k <= 128; GRID elsewhere on CUDA, BRUTE on the CPU) walks the
@@ -423,6 +424,7 @@ typedef struct pcops_knn_cuda_plan {
     pcops_search_variant variant; /* what runs: BRUTE, BRUTE_HEAP or GRID */
     int64_t splits;               /* BRUTE: ref ranges per query */
     int64_t cells;                /* GRID: cell budget per cloud */
+    int64_t small_build;          /* GRID: 1 = one block a cloud builds its grid (small clouds) */
     size_t workspace_bytes;
     int device, sms, smem_optin;
 } pcops_knn_cuda_plan;
