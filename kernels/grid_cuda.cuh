@@ -472,7 +472,7 @@ constexpr int kSmallBuildThreads = 1024;
 constexpr int64_t kSmallBuildMaxCells = 4096;  // 2 C counts in 32 KB of shared memory
 // Refs (and queries) a thread: clouds of at most 4096 refs and queries. H100, ms from an idle
 // GPU against build_counting: B=16 M=N=4096 k=16 0.184 / 0.192, 32 x 1024 of 2048 0.137 / 0.152,
-// 64 x 2048 0.263 / 0.277 (host time of the call 36-41 us against 58-70); at 8192 one block a
+// 64 x 2048 0.263 / 0.277 (host time of the call 34-42 us against 54-77); at 8192 one block a
 // cloud is the slower build (8 x 8192 0.201 / 0.189, 4 x 8192 k=8 0.115 / 0.098).
 constexpr int kSmallBuildPer = 4;
 
