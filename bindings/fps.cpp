@@ -12,6 +12,12 @@ namespace {
 
 constexpr const char* kOp = "furthest_point_sample";
 
+// The coverage curve in the dtype of xyz (computed in float32 for half types): no dispatch when
+// it already is.
+at::Tensor dist2_in_input_dtype(const at::Tensor& dist2, const at::Tensor& xyz) {
+    return dist2.scalar_type() == xyz.scalar_type() ? dist2 : dist2.to(xyz.scalar_type());
+}
+
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct FpsCall {
     at::Tensor xyz;  // [B,N,3], float32 or float64 (half types upcast)
@@ -70,7 +76,7 @@ std::tuple<at::Tensor, at::Tensor> fps_cpu(const at::Tensor& xyz, int64_t npoint
                                             ptr_or_null(c.start), c.B, c.N, c.npoint,
                                             workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
                                             c.dist2.data_ptr(), (int)variant));
-    return {c.idx, c.dist2.to(xyz.scalar_type())};
+    return {c.idx, dist2_in_input_dtype(c.dist2, xyz)};
 }
 
 std::tuple<at::Tensor, at::Tensor> fps_cpu_auto(const at::Tensor& xyz, int64_t npoint,
@@ -99,13 +105,12 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoin
     TORCH_CHECK_VALUE(err == cudaSuccess, "pcops.", kOp, ": variant ", variant,
                       " cannot run B = ", c.B, ", N = ", c.N, " (", c.xyz.scalar_type(),
                       ") on this device (", cudaGetErrorString(err), ")");
-    at::Tensor workspace = at::empty({(int64_t)plan.workspace_bytes},
-                                     c.xyz.options().dtype(at::kByte));
+    at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.xyz);
     check_cuda(kOp, pcops_fps_cuda_run(&plan, dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
                                        ptr_or_null(c.start), c.B, c.N, c.npoint,
-                                       workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
+                                       workspace_ptr(workspace), c.idx.data_ptr<int64_t>(),
                                        c.dist2.data_ptr(), at::cuda::getCurrentCUDAStream()));
-    return {c.idx, c.dist2.to(xyz.scalar_type())};
+    return {c.idx, dist2_in_input_dtype(c.dist2, xyz)};
 }
 
 std::tuple<at::Tensor, at::Tensor> fps_cuda_auto(const at::Tensor& xyz, int64_t npoint,
@@ -128,5 +133,14 @@ TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
     m.impl("_furthest_point_sample_variant", &fps_cuda);
 }
 #endif
+
+// Autograd: the outputs are indices and the coverage curve, neither differentiable (the
+// curve's value is a distance, but it picks points: no gradient flows through a choice). A
+// fallthrough for the Autograd key keeps the call in C++ (no Python autograd kernel, ~10 us of
+// host time a call); inputs that require grad are accepted and the outputs do not require it.
+TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
+    m.impl("furthest_point_sample", torch::CppFunction::makeFallthrough());
+    m.impl("_furthest_point_sample_variant", torch::CppFunction::makeFallthrough());
+}
 
 }  // namespace pcops

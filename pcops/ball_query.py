@@ -5,6 +5,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from ._dispatch import call as _call
+
 __all__ = ["ball_query", "ball_query_dist2"]
 
 
@@ -86,9 +88,8 @@ def ball_query_dist2(
     Example:
         >>> d2, idx = pcops.ball_query_dist2(centres, xyz, 0.2, 32)   # 0 / -1 past the hits
     """
-    return torch.ops.pcops.ball_query_dist2.default(
-        query, ref, radius, nsample, query_lengths, ref_lengths
-    )
+    return _call(torch.ops.pcops.ball_query_dist2.default, (query, ref), query, ref, radius,
+                 nsample, query_lengths, ref_lengths)
 
 
 @torch.library.register_fake("pcops::ball_query_dist2")

@@ -117,24 +117,9 @@ torch.library.register_fake("pcops::furthest_point_sample")(_fps_fake)
 torch.library.register_fake("pcops::_furthest_point_sample_variant")(_fps_fake)
 
 
-def _fps_setup_context(ctx, inputs, output):
-    ctx.mark_non_differentiable(*output)
-
-
-def _fps_backward(ctx, grad_idx, grad_dist2):
-    return None, None, None, None
-
-
-def _fps_variant_backward(ctx, grad_idx, grad_dist2):
-    return None, None, None, None, None
-
-
-torch.library.register_autograd(
-    "pcops::furthest_point_sample", _fps_backward, setup_context=_fps_setup_context
-)
-torch.library.register_autograd(
-    "pcops::_furthest_point_sample_variant", _fps_variant_backward, setup_context=_fps_setup_context
-)
+# Autograd: none. The outputs (indices, coverage curve) are not differentiable; the bindings
+# register a fallthrough for the Autograd key (bindings/fps.cpp), so a call never enters Python
+# after this wrapper and the outputs never require grad.
 
 
 @torch.library.register_fake("pcops::_fps_layout")

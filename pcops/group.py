@@ -2,6 +2,8 @@
 import torch
 from torch import Tensor
 
+from ._dispatch import call as _call
+
 __all__ = ["group", "group_backward"]
 
 # idx of group and group_backward: int64, or int32 (read as is, without a converted copy)
@@ -35,7 +37,7 @@ def group(features: Tensor, idx: Tensor) -> Tensor:
         >>> idx = pcops.ball_query(centres, xyz, 0.2, 32)           # [2, 128, 32]
         >>> local = pcops.group(xyz, idx) - centres[:, :, None]     # [2, 128, 32, 3]
     """
-    return torch.ops.pcops.group.default(features, idx)
+    return _call(torch.ops.pcops.group.default, (features,), features, idx)
 
 
 def group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
@@ -62,7 +64,7 @@ def group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
         >>> pcops.group_backward(g, idx, num_points=3)[0, :, 0]     # point 2 was gathered twice
         tensor([1., 0., 2.])
     """
-    return torch.ops.pcops.group_backward.default(grad_out, idx, num_points)
+    return _call(torch.ops.pcops.group_backward.default, (grad_out,), grad_out, idx, num_points)
 
 
 @torch.library.register_fake("pcops::group")

@@ -5,6 +5,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from ._dispatch import call as _call
+
 __all__ = ["interpolate", "three_interpolate", "three_nn"]
 
 # idx of interpolate: int64, or int32 (read as is, without a converted copy; the backward
@@ -37,7 +39,8 @@ def three_nn(
         >>> w = w / w.sum(-1, keepdim=True)
         >>> feats_dense = pcops.three_interpolate(feats_sparse, idx, w)   # [B, M, C]
     """
-    return torch.ops.pcops.knn.default(unknown, known, 3, unknown_lengths, known_lengths)
+    return _call(torch.ops.pcops.knn.default, (unknown, known), unknown, known, 3,
+                 unknown_lengths, known_lengths)
 
 
 def interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
@@ -69,7 +72,7 @@ def interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
         >>> pcops.interpolate(feats, idx, weight).shape              # 0.5 f[0] + 0.5 f[5]
         torch.Size([2, 1024, 64])
     """
-    return torch.ops.pcops.interpolate.default(features, idx, weight)
+    return _call(torch.ops.pcops.interpolate.default, (features, weight), features, idx, weight)
 
 
 def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
@@ -91,7 +94,7 @@ def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
         >>> w = w / w.sum(-1, keepdim=True)
         >>> feats_dense = pcops.three_interpolate(feats_sparse, idx, w)
     """
-    return torch.ops.pcops.interpolate.default(features, idx, weight)
+    return _call(torch.ops.pcops.interpolate.default, (features, weight), features, idx, weight)
 
 
 @torch.library.register_fake("pcops::interpolate")

@@ -4,6 +4,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from ._dispatch import call as _call
+
 __all__ = ["knn"]
 
 
@@ -52,9 +54,11 @@ def knn(
         >>> neighbours = pcops.group(xyz, idx)                     # [2, 256, 16, 3]
     """
     if query.dim() == 2 and ref.dim() == 2 and query_lengths is None and ref_lengths is None:
-        dist2, idx = torch.ops.pcops.knn.default(query.unsqueeze(0), ref.unsqueeze(0), k)
+        dist2, idx = _call(torch.ops.pcops.knn.default, (query, ref), query.unsqueeze(0),
+                           ref.unsqueeze(0), k)
         return dist2.squeeze(0), idx.squeeze(0)
-    return torch.ops.pcops.knn.default(query, ref, k, query_lengths, ref_lengths)
+    return _call(torch.ops.pcops.knn.default, (query, ref), query, ref, k, query_lengths,
+                 ref_lengths)
 
 
 # Search variants of the internal `variant` argument (kernels/pcops.h, pcops_search_variant):

@@ -3,6 +3,8 @@ with the fake (meta) implementation and autograd."""
 import torch
 from torch import Tensor
 
+from ._dispatch import call as _call
+
 __all__ = ["neighbor_dist2"]
 
 # idx: int64, or int32 (read as is, without a converted copy)
@@ -36,7 +38,7 @@ def neighbor_dist2(query: Tensor, ref: Tensor, idx: Tensor) -> Tensor:
         >>> idx = pcops.ball_query(centres, xyz, 0.2, 32)            # [B, M, 32]
         >>> d2 = pcops.neighbor_dist2(centres, xyz, idx)              # [B, M, 32], < 0.04
     """
-    return torch.ops.pcops.neighbor_dist2.default(query, ref, idx)
+    return _call(torch.ops.pcops.neighbor_dist2.default, (query, ref), query, ref, idx)
 
 
 @torch.library.register_fake("pcops::neighbor_dist2")

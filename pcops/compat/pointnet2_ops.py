@@ -25,6 +25,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
+from .._dispatch import call as _call
 from ._util import nograd as _nograd
 
 __pcops_compat__ = True
@@ -52,17 +53,21 @@ def furthest_point_sample(xyz: Tensor, npoint: int) -> Tensor:
     return idx.to(torch.int32)
 
 
+def _group(features: Tensor, idx: Tensor) -> Tensor:
+    return _call(torch.ops.pcops.group.default, (features,), features, idx)
+
+
 def gather_operation(features: Tensor, idx: Tensor) -> Tensor:
     """``features [B, C, N]``, ``idx [B, npoint]`` -> ``[B, C, npoint]``, differentiable with
     respect to ``features``."""
-    out = torch.ops.pcops.group.default(features.transpose(1, 2), _group_index(idx).unsqueeze(-1))
+    out = _group(features.transpose(1, 2), _group_index(idx).unsqueeze(-1))
     return out.squeeze(2).transpose(1, 2)  # [B, npoint, 1, C] -> [B, C, npoint]
 
 
 def grouping_operation(features: Tensor, idx: Tensor) -> Tensor:
     """``features [B, C, N]``, ``idx [B, npoint, nsample]`` -> ``[B, C, npoint, nsample]``,
     differentiable with respect to ``features`` (deterministic backward)."""
-    out = torch.ops.pcops.group.default(features.transpose(1, 2), _group_index(idx))
+    out = _group(features.transpose(1, 2), _group_index(idx))
     return out.permute(0, 3, 1, 2)
 
 
@@ -98,7 +103,8 @@ def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
     """``features [B, C, m]``, ``idx [B, n, 3]``, ``weight [B, n, 3]`` -> ``[B, C, n]``,
     ``out[b, :, i] = sum_k weight[b, i, k] * features[b, :, idx[b, i, k]]``. Differentiable
     with respect to ``features`` (deterministic) and ``weight``."""
-    out = torch.ops.pcops.interpolate.default(features.transpose(1, 2), _group_index(idx), weight)
+    f = features.transpose(1, 2)
+    out = _call(torch.ops.pcops.interpolate.default, (f, weight), f, _group_index(idx), weight)
     return out.transpose(1, 2)
 
 
@@ -141,12 +147,12 @@ class QueryAndGroup(nn.Module):
     def forward(self, xyz: Tensor, new_xyz: Tensor, features: Tensor = None):
         idx, count = _ball_query_long(self.radius, self.nsample, xyz, new_xyz)
         # channels last until the end: [B, npoint, nsample, 3]
-        grouped_xyz = torch.ops.pcops.group.default(xyz, idx) - new_xyz.unsqueeze(2)
+        grouped_xyz = _group(xyz, idx) - new_xyz.unsqueeze(2)
         if self.normalize_xyz:
             grouped_xyz = grouped_xyz / self.radius
         grouped_xyz = grouped_xyz.permute(0, 3, 1, 2)  # [B, 3, npoint, nsample]
         if features is not None:
-            grouped = torch.ops.pcops.group.default(features.transpose(1, 2), idx)
+            grouped = _group(features.transpose(1, 2), idx)
             grouped = grouped.permute(0, 3, 1, 2)  # [B, C, npoint, nsample]
             new_features = torch.cat([grouped_xyz, grouped], dim=1) if self.use_xyz else grouped
         else:

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._dispatch import call as _call
 from ..fps import furthest_point_sample as _fps
 
 __pcops_compat__ = True
@@ -55,8 +56,8 @@ def masked_gather(points: Tensor, idx: Tensor) -> Tensor:
     """``points [N, P, D]``, ``idx [N, K]`` or ``[N, P2, K]`` -> the gathered points
     ``[N, K, D]`` / ``[N, P2, K, D]``, zeros where idx is -1 (as ``pytorch3d.ops.utils``)."""
     if idx.dim() == 2:
-        return torch.ops.pcops.group.default(points, idx.unsqueeze(-1)).squeeze(2)
-    return torch.ops.pcops.group.default(points, idx)
+        return _call(torch.ops.pcops.group.default, (points,), points, idx.unsqueeze(-1)).squeeze(2)
+    return _call(torch.ops.pcops.group.default, (points,), points, idx)
 
 
 def sample_farthest_points(
@@ -137,7 +138,7 @@ def knn_points(
         raise ValueError("Support for 1 or 2 norm.")
     q = _to_3d(p1, "knn_points", "p1")
     r = _to_3d(p2, "knn_points", "p2")
-    dists, idx = torch.ops.pcops.knn.default(q, r, K, lengths1, lengths2)
+    dists, idx = _call(torch.ops.pcops.knn.default, (q, r), q, r, K, lengths1, lengths2)
     if lengths1 is not None or lengths2 is not None or K > p2.shape[1]:
         # pcops pads with -1 / +inf, PyTorch3D with 0 / 0 (no host synchronisation here)
         empty = idx < 0
@@ -158,7 +159,7 @@ def knn_gather(x: Tensor, idx: Tensor, lengths: Optional[Tensor] = None) -> Tens
     if lengths is not None:
         cols = torch.arange(K, device=idx.device)
         idx = idx.masked_fill(cols >= lengths.to(idx.device)[:, None, None], -1)
-    return torch.ops.pcops.group.default(x, idx)
+    return _call(torch.ops.pcops.group.default, (x,), x, idx)
 
 
 def ball_query(
@@ -183,10 +184,10 @@ def ball_query(
     r = _to_3d(p2, "ball_query", "p2")
     # one op: PyTorch3D's -1 padding and the search's own squared distances (0 in empty
     # slots), differentiable with respect to both clouds
-    dists, idx = torch.ops.pcops.ball_query_dist2.default(q, r, float(radius), K, lengths1,
-                                                          lengths2)
+    dists, idx = _call(torch.ops.pcops.ball_query_dist2.default, (q, r), q, r, float(radius), K,
+                       lengths1, lengths2)
     knn = None
     if return_nn:
-        nn = torch.ops.pcops.group.default(r, idx)  # [N, P1, K, 3], zeros in empty slots
+        nn = _call(torch.ops.pcops.group.default, (r,), r, idx)  # [N, P1, K, 3], zeros in empty slots
         knn = nn if D == 3 else nn[..., :D]
     return KNN(dists=dists, idx=idx, knn=knn)

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._dispatch import call as _call
 from ..fps import furthest_point_sample as _fps
 from ._util import nograd as _nograd
 
@@ -255,7 +256,8 @@ def knn(
         return torch.empty((2, 0), dtype=torch.long, device=xs.device)
 
     def op(query, ref, k_, ql=None, rl=None):
-        dist2, idx = torch.ops.pcops.knn.default(_nograd(query), _nograd(ref), k_, ql, rl)
+        # no gradient flows from an edge list: the op below autograd (no Python autograd kernel)
+        dist2, idx = _call(torch.ops.pcops.knn.default, (), _nograd(query), _nograd(ref), k_, ql, rl)
         return idx, dist2
 
     idx, _, y_first, x_first, n_x = _neighbours(op, xs, ys, batch_x, batch_y, batch_size,
