@@ -357,8 +357,6 @@ cudaError_t launch_ball_query_split(const T* query, const T* ref, const int64_t*
 
 using pcops_grid_cuda::Point4;
 
-__device__ __forceinline__ double sq(double x) { return x * x; }
-
 template <typename T>
 __device__ __forceinline__ T grid_dist2(T qx, T qy, T qz, const Point4<T>& r) {
     return dist2(r.x, r.y, r.z, qx, qy, qz);
@@ -460,12 +458,7 @@ __device__ __forceinline__ void ball_walk(const BallGridParams& p, int64_t b, co
             const double byz = bz + gy * gy;
             if (byz * PCOPS_GRID_SHRINK >= lim) continue;
             int32_t xa = c0[0], xb = c1[0];
-            while (xa <= xb && (byz + sq(pcops_grid_axis_gap(&g, 0, q[0], xa, xa))) *
-                                       PCOPS_GRID_SHRINK >= lim)
-                ++xa;
-            while (xb > xa && (byz + sq(pcops_grid_axis_gap(&g, 0, q[0], xb, xb))) *
-                                      PCOPS_GRID_SHRINK >= lim)
-                --xb;
+            pcops_grid_cuda::trim_row<true>(&g, q[0], byz, lim, xa, xb);
             if (xa > xb) continue;
             const int64_t row = ((int64_t)cz * g.dims[1] + cy) * g.dims[0];
             int32_t j0 = start[row + xa];

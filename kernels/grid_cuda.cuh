@@ -130,6 +130,24 @@ __device__ __forceinline__ void insert_sorted(V (&v)[K], V x) {
     v[0] = v[0] > x ? x : v[0];
 }
 
+// Trims the cells [xa, xb] of a grid row at both ends to those that can still hold a neighbour
+// of q: a cell is out when the lower bound of its squared distance from q (byz, the row's y
+// and z part, plus the square of the x gap, times PCOPS_GRID_SHRINK) is >= lim (kStrict: the
+// ball query's d < r2) or > lim (kNN: a ref at the k-th distance can still enter by its
+// index). The gap grows away from q, so the cells between two kept ends are kept too; xa > xb
+// when none is left.
+template <bool kStrict>
+__device__ __forceinline__ void trim_row(const pcops_grid* g, double qx, double byz, double lim,
+                                         int32_t& xa, int32_t& xb) {
+    auto out = [&](int32_t cx) {
+        const double gx = pcops_grid_axis_gap(g, 0, qx, cx, cx);
+        const double bound = (byz + gx * gx) * PCOPS_GRID_SHRINK;
+        return kStrict ? bound >= lim : bound > lim;
+    };
+    while (xa <= xb && out(xa)) ++xa;
+    while (xb > xa && out(xb)) --xb;
+}
+
 // A double as an unsigned code in the same order (min / max by integer atomics), and back.
 __device__ __forceinline__ unsigned long long order_code(double x) {
     const unsigned long long u = (unsigned long long)__double_as_longlong(x);
@@ -137,6 +155,32 @@ __device__ __forceinline__ unsigned long long order_code(double x) {
 }
 __device__ __forceinline__ double order_decode(unsigned long long c) {
     return __longlong_as_double((long long)((c >> 63) ? (c & 0x7fffffffffffffffull) : ~c));
+}
+
+// The box of the finite points cloud[i], i = i0, i0 + step, ... < L, reduced over the warp
+// (every lane gets it): mins in v[0..2], maxes in v[3..5]; +inf / -inf where the warp saw no
+// finite point. Called by whole warps (shuffles).
+template <typename T, typename I>
+__device__ __forceinline__ void warp_box(const T* __restrict__ cloud, I i0, I L, I step,
+                                         double (&v)[6]) {
+    for (int j = 0; j < 3; ++j) {
+        v[j] = INFINITY;
+        v[j + 3] = -INFINITY;
+    }
+    for (I i = i0; i < L; i += step) {
+        const double x = cloud[3 * i], y = cloud[3 * i + 1], z = cloud[3 * i + 2];
+        if (!pcops_grid_finite3(x, y, z)) continue;
+        v[0] = dmin(v[0], x);
+        v[1] = dmin(v[1], y);
+        v[2] = dmin(v[2], z);
+        v[3] = dmax(v[3], x);
+        v[4] = dmax(v[4], y);
+        v[5] = dmax(v[5], z);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        for (int j = 0; j < 3; ++j) v[j] = dmin(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+        for (int j = 3; j < 6; ++j) v[j] = dmax(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+    }
 }
 
 // Blocks (y) per cloud (x): each reduces the box of its slice of the valid finite refs into
@@ -153,22 +197,9 @@ grid_box_kernel(const T* __restrict__ ref, const int64_t* __restrict__ ref_lengt
     const int64_t b = blockIdx.x;
     const int64_t L = pcops_valid_length(ref_lengths, b, N);
     const T* cloud = ref + b * N * 3;
-    double v[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    const int64_t stride = (int64_t)gridDim.y * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; i < L; i += stride) {
-        const double x = cloud[3 * i], y = cloud[3 * i + 1], z = cloud[3 * i + 2];
-        if (!pcops_grid_finite3(x, y, z)) continue;
-        v[0] = dmin(v[0], x);
-        v[1] = dmin(v[1], y);
-        v[2] = dmin(v[2], z);
-        v[3] = dmax(v[3], x);
-        v[4] = dmax(v[4], y);
-        v[5] = dmax(v[5], z);
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        for (int j = 0; j < 3; ++j) v[j] = dmin(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
-        for (int j = 3; j < 6; ++j) v[j] = dmax(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
-    }
+    double v[6];
+    warp_box(cloud, (int64_t)blockIdx.y * blockDim.x + threadIdx.x, L,
+             (int64_t)gridDim.y * blockDim.x, v);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0)
         for (int j = 0; j < 6; ++j) red[j][warp] = v[j];
@@ -530,21 +561,8 @@ build_small_kernel(const T* __restrict__ ref, const int64_t* __restrict__ ref_le
     const int lane = tid & 31, warp = tid >> 5;
 
     // the box of the valid finite refs, as grid_box_kernel
-    double v[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    for (int i = tid; i < L; i += nt) {
-        const double x = cloud[3 * i], y = cloud[3 * i + 1], z = cloud[3 * i + 2];
-        if (!pcops_grid_finite3(x, y, z)) continue;
-        v[0] = dmin(v[0], x);
-        v[1] = dmin(v[1], y);
-        v[2] = dmin(v[2], z);
-        v[3] = dmax(v[3], x);
-        v[4] = dmax(v[4], y);
-        v[5] = dmax(v[5], z);
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        for (int j = 0; j < 3; ++j) v[j] = dmin(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
-        for (int j = 3; j < 6; ++j) v[j] = dmax(v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
-    }
+    double v[6];
+    warp_box(cloud, tid, L, nt, v);
     if (lane == 0)
         for (int j = 0; j < 6; ++j) red_box[j][warp] = v[j];
     for (int i = tid; i < 2 * C; i += nt) small_counts[i] = 0;

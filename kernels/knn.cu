@@ -902,8 +902,6 @@ struct GridParams {
     const int32_t* ids;    // the ref index of each sorted position
 };
 
-__device__ __forceinline__ double sq(double x) { return x * x; }
-
 // Offers the sorted refs [j, end) to the list, two a step with both loads issued before either
 // is used (a ref's index travels in its w slot: one 16- or 32-byte load a ref).
 template <typename T, typename List>
@@ -971,15 +969,9 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
                     // the cells at its ends beyond the k-th distance (the gap grows away from
                     // the query, so the cells between two kept ends are kept too)
                     int32_t xa = x0, xb = x1;
-                    if (list.full()) {
-                        const double th = (double)list.threshold();
-                        while (xa <= xb && (byz + sq(pcops_grid_axis_gap(&g, 0, q[0], xa, xa))) *
-                                                   PCOPS_GRID_SHRINK > th)
-                            ++xa;
-                        while (xb > xa && (byz + sq(pcops_grid_axis_gap(&g, 0, q[0], xb, xb))) *
-                                                  PCOPS_GRID_SHRINK > th)
-                            --xb;
-                    }
+                    if (list.full())
+                        pcops_grid_cuda::trim_row<false>(&g, q[0], byz,
+                                                         (double)list.threshold(), xa, xb);
                     if (xa <= xb) scan_run(pts, start[row + xa], start[row + xb + 1], qx, qy, qz, list);
                 } else {
                     // the row's two end cells, c - r and c + r
