@@ -12,10 +12,10 @@ constexpr const char* kOp = "knn";
 
 // The internal `variant` argument: a pcops_search_variant value.
 pcops_search_variant check_search_variant(const char* op, int64_t variant) {
-    TORCH_CHECK_VALUE(variant >= 0 && variant <= 6, "pcops.", op,
+    TORCH_CHECK_VALUE((variant >= 0 && variant <= 6) || variant == 8, "pcops.", op,
                       ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid), 3 "
-                      "(brute-force heap), 4 (grid, baseline CPU build), 5 (warp select) or 6 "
-                      "(grid select), got ", variant);
+                      "(brute-force heap), 4 (grid, baseline CPU build), 5 (warp select), 6 "
+                      "(grid select) or 8 (grid, batched insertion), got ", variant);
     return (pcops_search_variant)variant;
 }
 

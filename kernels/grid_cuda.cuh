@@ -567,22 +567,25 @@ build_small_kernel(const T* __restrict__ ref, const int64_t* __restrict__ ref_le
         for (int j = 0; j < 6; ++j) red_box[j][warp] = v[j];
     for (int i = tid; i < 2 * C; i += nt) small_counts[i] = 0;
     __syncthreads();
-    if (tid == 0) {
+    static_assert(kSmallBuildThreads == 1024, "warp 0 reduces one box per lane");
+    if (warp == 0) {  // lane w takes warp w's box, then five shuffle levels
         double r[6];
-        for (int j = 0; j < 6; ++j) {
-            r[j] = red_box[j][0];
-            for (int w = 1; w < nt / 32; ++w)
-                r[j] = j < 3 ? dmin(r[j], red_box[j][w]) : dmax(r[j], red_box[j][w]);
+        for (int j = 0; j < 6; ++j) r[j] = red_box[j][lane];
+        for (int o = 16; o > 0; o >>= 1) {
+            for (int j = 0; j < 3; ++j) r[j] = dmin(r[j], __shfl_xor_sync(0xffffffffu, r[j], o));
+            for (int j = 3; j < 6; ++j) r[j] = dmax(r[j], __shfl_xor_sync(0xffffffffu, r[j], o));
         }
-        pcops_grid g;
-        if (r[0] <= r[3]) {  // a finite ref
-            const double lo[3] = {r[0], r[1], r[2]}, hi[3] = {r[3], r[4], r[5]};
-            pcops_grid_setup(&g, lo, hi, C, 0.0);
-        } else {
-            pcops_grid_set_empty(&g);
+        if (lane == 0) {
+            pcops_grid g;
+            if (r[0] <= r[3]) {  // a finite ref
+                const double lo[3] = {r[0], r[1], r[2]}, hi[3] = {r[3], r[4], r[5]};
+                pcops_grid_setup(&g, lo, hi, C, 0.0);
+            } else {
+                pcops_grid_set_empty(&g);
+            }
+            gs = g;
+            grids[b] = g;
         }
-        gs = g;
-        grids[b] = g;
     }
     __syncthreads();
     const pcops_grid g = gs;

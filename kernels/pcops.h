@@ -157,7 +157,9 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
  * GRID_SELECT (CUDA kNN, float32, k <= 128; GRID elsewhere on CUDA, BRUTE on the CPU) walks the
  * grid with a warp per query and keeps its candidates in a buffer shrunk by the same select;
  * BRUTE_SPLIT (CUDA ball query, nsample <= 64; BRUTE elsewhere) is a brute force with a thread
- * per query whose block splits the refs among its warps. */
+ * per query whose block splits the refs among its warps;
+ * GRID_BATCH (CUDA kNN, float32, k <= 64; GRID elsewhere on CUDA, BRUTE on the CPU) is the grid
+ * with a thread per query whose candidates are buffered and merged into its list in batches. */
 typedef enum pcops_search_variant {
     PCOPS_SEARCH_AUTO = 0,
     PCOPS_SEARCH_BRUTE = 1,
@@ -167,6 +169,7 @@ typedef enum pcops_search_variant {
     PCOPS_SEARCH_WARP_SELECT = 5,
     PCOPS_SEARCH_GRID_SELECT = 6,
     PCOPS_SEARCH_BRUTE_SPLIT = 7,
+    PCOPS_SEARCH_GRID_BATCH = 8,
 } pcops_search_variant;
 
 /* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is

@@ -66,8 +66,9 @@ def knn(
 # "grid_baseline": the CPU grid path's AVX2 / SSE2 build even where the AVX-512 one runs (tests)
 # "warp_select": CUDA float32 clouds of at most 1024 refs (the brute force elsewhere);
 # "grid_select": CUDA float32, k <= 128 (the grid elsewhere on CUDA, the brute force on the CPU)
+# "grid_batch": CUDA float32, k <= 64 (the grid elsewhere on CUDA, the brute force on the CPU)
 VARIANTS = {"auto": 0, "brute": 1, "grid": 2, "heap": 3, "grid_baseline": 4, "warp_select": 5,
-            "grid_select": 6}
+            "grid_select": 6, "grid_batch": 8}
 
 
 def _knn_variant(query, ref, k, query_lengths=None, ref_lengths=None, variant="auto"):

@@ -24,7 +24,7 @@ bq_op = torch.ops.pcops.ball_query.default
 # in a buffer shrunk by a bit-search select (the grid on CUDA elsewhere, the brute force on the CPU)
 # BRUTE_SPLIT (CUDA ball query, nsample <= 64): a thread per query, the refs split among a
 # block's warps (the warp-per-query brute force on the CPU and above 64)
-BRUTE, GRID, GRID_BASELINE, GRID_SELECT, BRUTE_SPLIT = 1, 2, 4, 6, 7
+BRUTE, GRID, GRID_BASELINE, GRID_SELECT, BRUTE_SPLIT, GRID_BATCH = 1, 2, 4, 6, 7, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KITTI = os.path.join(ROOT, ".data", "scans", "kitti_velodyne_000000.npy")
 
@@ -124,6 +124,9 @@ def check_knn(query, ref, k, ql=None, rl=None):
     d4, i4 = knn_op(query, ref, k, ql, rl, GRID_SELECT)
     assert_equal(i4, i1, what="grid select idx vs brute force")
     assert_equal(d4, d1, what="grid select dist2 vs brute force")
+    d5, i5 = knn_op(query, ref, k, ql, rl, GRID_BATCH)
+    assert_equal(i5, i1, what="grid (batched insertion) idx vs brute force")
+    assert_equal(d5, d1, what="grid (batched insertion) dist2 vs brute force")
     return d1, i1
 
 
@@ -352,6 +355,7 @@ def test_opcheck_variants(device, gen):
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BASELINE))
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, 5))  # warp select
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_SELECT))
+    torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BATCH))
     torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, BRUTE_SPLIT))
 
 
@@ -361,6 +365,8 @@ def test_bad_variant(device, gen):
         knn_op(q, q, 2, None, None, 7)
     with pytest.raises(ValueError, match=r"pcops\.ball_query: argument 'variant'"):
         bq_op(q, q, 0.1, 2, None, None, -1)
+    with pytest.raises(ValueError, match=r"pcops\.knn: argument 'variant'"):
+        knn_op(q, q, 2, None, None, 9)
     for v in (4, 5, 6, 8):
         with pytest.raises(ValueError, match=r"pcops\.ball_query: argument 'variant'"):
             bq_op(q, q, 0.1, 2, None, None, v)
@@ -393,11 +399,13 @@ def test_grid_cuda_graph_capture(cuda, gen):
     for _ in range(2):  # warm-up outside the capture
         knn_op(query, ref, 16, None, rl, GRID)
         knn_op(query, ref, 40, None, rl, GRID_SELECT)
+        knn_op(query, ref, 16, None, rl, GRID_BATCH)
         bq_op(query, ref, 0.05, 32, None, rl, GRID)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         d, i = knn_op(query, ref, 16, None, rl, GRID)
         ds, is_ = knn_op(query, ref, 40, None, rl, GRID_SELECT)
+        db, ib = knn_op(query, ref, 16, None, rl, GRID_BATCH)
         bi, bc = bq_op(query, ref, 0.05, 32, None, rl, GRID)
     query.copy_(uniform(4, 2048, gen).float().cuda())
     ref.copy_(blobs(4, 4096, gen).float().cuda())
@@ -407,6 +415,8 @@ def test_grid_cuda_graph_capture(cuda, gen):
     be, ce = bq_op(query, ref, 0.05, 32, None, rl, BRUTE)
     assert_equal(i, ie)
     assert_equal(d, de)
+    assert_equal(ib, ie)
+    assert_equal(db, de)
     dse, ise = knn_op(query, ref, 40, None, rl, BRUTE)
     assert_equal(is_, ise)
     assert_equal(ds, dse)
