@@ -1083,8 +1083,7 @@ __device__ __forceinline__ void bitonic_sort(uint64_t (&v)[n]) {
     }
 }
 
-// Batcher's odd-even merge sort of 8 and of 4 (19 and 5 compare-exchanges, against the bitonic
-// sort's 24 and 6).
+// Batcher's odd-even merge sort of 8 (19 compare-exchanges, against the bitonic sort's 24).
 __device__ __forceinline__ void bitonic_sort(uint64_t (&v)[8]) {
     cas_up(v[0], v[1]), cas_up(v[2], v[3]), cas_up(v[4], v[5]), cas_up(v[6], v[7]);
     cas_up(v[0], v[2]), cas_up(v[1], v[3]), cas_up(v[4], v[6]), cas_up(v[5], v[7]);
@@ -1092,11 +1091,6 @@ __device__ __forceinline__ void bitonic_sort(uint64_t (&v)[8]) {
     cas_up(v[0], v[4]), cas_up(v[1], v[5]), cas_up(v[2], v[6]), cas_up(v[3], v[7]);
     cas_up(v[2], v[4]), cas_up(v[3], v[5]);
     cas_up(v[1], v[2]), cas_up(v[3], v[4]), cas_up(v[5], v[6]);
-}
-__device__ __forceinline__ void bitonic_sort(uint64_t (&v)[4]) {
-    cas_up(v[0], v[1]), cas_up(v[2], v[3]);
-    cas_up(v[0], v[2]), cas_up(v[1], v[3]);
-    cas_up(v[1], v[2]);
 }
 
 // Sorts a bitonic v[0, n) (ascending then descending) ascending: half-cleaners.
