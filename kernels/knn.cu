@@ -841,6 +841,21 @@ struct GridRegisterList {
 // and its bits order as unsigned integers, so the key order is the (dist2, idx) order and a
 // compare is one 64-bit integer compare. Padding slots (k < K) hold 0 (never above a key:
 // they never move), empty slots ~0 (above every key).
+// Writes the last k of an ascending packed-key list (float32 dist2 bits << 32 | index; all ones
+// for an empty slot: +inf / -1) to a query's output rows.
+template <int K>
+__device__ __forceinline__ void write_keys(const uint64_t (&key)[K], float* out_d, int64_t* out_i,
+                                           int k) {
+#pragma unroll
+    for (int s = 0; s < K; ++s) {
+        if (s >= K - k) {
+            const bool empty = key[s] == ~(uint64_t)0;
+            out_d[s - (K - k)] = empty ? INFINITY : __uint_as_float((unsigned)(key[s] >> 32));
+            out_i[s - (K - k)] = empty ? -1 : (int64_t)(uint32_t)key[s];
+        }
+    }
+}
+
 template <int K>
 struct GridKeyList {
     static constexpr uint64_t kEmpty = ~(uint64_t)0;
@@ -859,14 +874,7 @@ struct GridKeyList {
         pcops_grid_cuda::insert_sorted(key, kk);
     }
     __device__ __forceinline__ void finish(float* out_d, int64_t* out_i, int k) const {
-#pragma unroll
-        for (int s = 0; s < K; ++s) {
-            if (s >= K - k) {
-                const bool empty = key[s] == kEmpty;
-                out_d[s - (K - k)] = empty ? INFINITY : __uint_as_float((unsigned)(key[s] >> 32));
-                out_i[s - (K - k)] = empty ? -1 : (int64_t)(uint32_t)key[s];
-            }
-        }
+        write_keys(key, out_d, out_i, k);
     }
 };
 
@@ -1004,19 +1012,30 @@ struct GridMinBlocks {
     static constexpr int value = K >= 1 && K <= 16 ? 6 : 1;
 };
 
+// The query of grid thread t: its cloud b, its index m in the cloud and its flat index b * M + m
+// (the threads take the queries in their cell order, build_counting's `order`: the queries of a
+// warp are neighbours).
+struct GridQuery {
+    int64_t b, m, flat;
+};
+__device__ __forceinline__ GridQuery grid_query(const GridParams& p, const int32_t* order,
+                                                int64_t t) {
+    const int64_t b = t / p.M;
+    const int64_t flat = b * p.M + order[t];
+    return {b, flat % p.M, flat};
+}
+
 // One thread per query (B * M threads).
 template <typename T, int K>
 __global__ void __launch_bounds__(kThreads, GridMinBlocks<K>::value)
 knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __restrict__ pts,
                 T* __restrict__ out_d, int64_t* __restrict__ out_i,
                 const int32_t* __restrict__ order) {
-    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= p.B * p.M) return;
-    const int64_t b = t / p.M;
-    t = b * p.M + order[t];  // the queries of a warp are neighbours (build_counting)
-    const int64_t m = t % p.M;
-    const int64_t row = t * p.k;
-    const T* q = query + t * 3;
+    const auto [b, m, flat] = grid_query(p, order, t);
+    const int64_t row = flat * p.k;
+    const T* q = query + flat * 3;
     if constexpr (K > 0) {
         typename GridList<T, K>::type list;
         list.init(p.k);
@@ -1157,14 +1176,7 @@ struct GridBatchList {
     }
     __device__ __forceinline__ void finish(float* out_d, int64_t* out_i, int k) {
         drain_together();
-#pragma unroll
-        for (int s = 0; s < K; ++s) {
-            if (s >= K - k) {
-                const bool empty = key[s] == kEmpty;
-                out_d[s - (K - k)] = empty ? INFINITY : __uint_as_float((unsigned)(key[s] >> 32));
-                out_i[s - (K - k)] = empty ? -1 : (int64_t)(uint32_t)key[s];
-            }
-        }
+        write_keys(key, out_d, out_i, k);
     }
 };
 
@@ -1205,13 +1217,11 @@ knn_grid_batch_kernel(const float* __restrict__ query, GridParams p,
                       const Point4<float>* __restrict__ pts, float* __restrict__ out_d,
                       int64_t* __restrict__ out_i, const int32_t* __restrict__ order) {
     __shared__ uint64_t batch_buf[BB * kThreads];
-    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= p.B * p.M) return;
-    const int64_t b = t / p.M;
-    t = b * p.M + order[t];  // the queries of a warp are neighbours (build_counting)
-    const int64_t m = t % p.M;
-    const int64_t row = t * p.k;
-    const float* q = query + t * 3;
+    const auto [b, m, flat] = grid_query(p, order, t);
+    const int64_t row = flat * p.k;
+    const float* q = query + flat * 3;
     GridBatchList<K, BB> list;
     list.init(p.k, batch_buf + threadIdx.x);
     if (m < pcops_valid_length(p.query_lengths, b, p.M))
