@@ -3,7 +3,7 @@
 The ops with a differentiable output (knn, group, interpolate, neighbor_dist2,
 ball_query_dist2, ...) have their backward formulas registered in Python
 (``torch.library.register_autograd``): every call of such an op, with or without grad, enters
-that Python kernel, which checks the inputs and redispatches below autograd -- about 5-15 us of
+that Python kernel, which checks the inputs and redispatches below autograd -- 5-20 us of
 host time, a third or more of the whole call on small clouds (inference, no_grad). The wrappers
 call :func:`call` instead, which redispatches below autograd itself when no gradient can flow,
 and goes through the registered formula otherwise (and under torch.compile, which traces it).
