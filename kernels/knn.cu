@@ -1065,45 +1065,22 @@ knn_grid_kernel(const T* __restrict__ query, GridParams p, const Point4<T>* __re
 // bitonic merge): ~45 instructions a candidate, once for the lanes together. The list then
 // holds the K smallest keys of everything offered, as grid_walk's list does: the same bits.
 // Until a flush the list's largest key is a stale (larger) bound: more candidates and less
-// pruning, never a wrong one. A ring ends with a flush of every lane that has candidates.
-// Candidates a thread buffers. H100, B=16 M=N=4096 k=16, ms idle / queued: 4 0.180 / 0.148,
-// 8 0.162 / 0.137, 16 0.199 / 0.175 (a longer sort, a staler bound).
+// pruning, never a wrong one. A ring ends with a drain of the lanes' buffers.
+// Candidates a thread buffers (sort8 sorts them). H100, B=16 M=N=4096 k=16, ms idle / queued:
+// 4 0.180 / 0.148, 8 0.162 / 0.137, 16 0.199 / 0.175 (a longer sort, a staler bound).
 constexpr int kBatch = 8;
 
-// Compare-exchange of two keys into ascending order (lo gets the smaller): one 64-bit compare
-// and two selects (written in PTX: from the C++ form the compiler made a min and a max with a
-// compare each, 8 instructions instead of 6).
+// Compare-exchange of two keys into ascending order (lo gets the smaller).
 __device__ __forceinline__ void cas_up(uint64_t& lo, uint64_t& hi) {
-    uint64_t a, b;
-    asm("{\n\t.reg .pred p;\n\tsetp.lt.u64 p, %3, %2;\n\tselp.b64 %0, %3, %2, p;\n\t"
-        "selp.b64 %1, %2, %3, p;\n\t}"
-        : "=l"(a), "=l"(b)
-        : "l"(lo), "l"(hi));
+    const bool swap = hi < lo;
+    const uint64_t a = swap ? hi : lo, b = swap ? lo : hi;
     lo = a;
     hi = b;
 }
 
-// Sorts v[0, n) ascending (n a power of two; the indices fold to constants once unrolled).
-template <int n>
-__device__ __forceinline__ void bitonic_sort(uint64_t (&v)[n]) {
-#pragma unroll
-    for (int k = 2; k <= n; k <<= 1) {
-#pragma unroll
-        for (int j = k >> 1; j > 0; j >>= 1) {
-#pragma unroll
-            for (int i = 0; i < n; ++i) {
-                const int l = i ^ j;
-                if (l > i) {
-                    if ((i & k) == 0) cas_up(v[i], v[l]);
-                    else cas_up(v[l], v[i]);
-                }
-            }
-        }
-    }
-}
-
-// Batcher's odd-even merge sort of 8 (19 compare-exchanges, against the bitonic sort's 24).
-__device__ __forceinline__ void bitonic_sort(uint64_t (&v)[8]) {
+// Sorts v ascending: Batcher's odd-even merge sort of 8 (19 compare-exchanges, against a
+// bitonic sort's 24).
+__device__ __forceinline__ void sort8(uint64_t (&v)[8]) {
     cas_up(v[0], v[1]), cas_up(v[2], v[3]), cas_up(v[4], v[5]), cas_up(v[6], v[7]);
     cas_up(v[0], v[2]), cas_up(v[1], v[3]), cas_up(v[4], v[6]), cas_up(v[5], v[7]);
     cas_up(v[1], v[2]), cas_up(v[5], v[6]);
@@ -1123,9 +1100,9 @@ __device__ __forceinline__ void bitonic_merge(uint64_t (&v)[n]) {
     }
 }
 
-template <int K, int BB = kBatch>
+template <int K>
 struct GridBatchList {
-    static_assert(K >= BB && (K & (K - 1)) == 0 && (BB & (BB - 1)) == 0, "K >= BB, powers of two");
+    static_assert(K >= kBatch && (K & (K - 1)) == 0, "K: a power of two >= kBatch");
     static constexpr uint64_t kEmpty = ~(uint64_t)0;
     uint64_t key[K];     // ascending; K - k zero sentinels first, as GridKeyList
     uint64_t* buf;       // this thread's column of the block's buffer: buf[j * kThreads]
@@ -1147,18 +1124,18 @@ struct GridBatchList {
     }
     // Merges the buffer into the list (a no-op on the keys when it is empty).
     __device__ __forceinline__ void flush() {
-        uint64_t b[BB];
+        uint64_t b[kBatch];
 #pragma unroll
-        for (int j = 0; j < BB; ++j) b[j] = j < cnt ? buf[kThreads * j] : kEmpty;
+        for (int j = 0; j < kBatch; ++j) b[j] = j < cnt ? buf[kThreads * j] : kEmpty;
         cnt = 0;
-        bitonic_sort(b);
+        sort8(b);
 #pragma unroll
-        for (int j = 0; j < BB; ++j) key[K - 1 - j] = b[j] < key[K - 1 - j] ? b[j] : key[K - 1 - j];
+        for (int j = 0; j < kBatch; ++j) key[K - 1 - j] = b[j] < key[K - 1 - j] ? b[j] : key[K - 1 - j];
         bitonic_merge(key);
     }
     // Every lane running here flushes when one of them has fewer than `room` free slots.
     __device__ __forceinline__ void flush_together(int room) {
-        if (__any_sync(__activemask(), cnt > BB - room)) flush();
+        if (__any_sync(__activemask(), cnt > kBatch - room)) flush();
     }
     // Every lane running here empties its buffer: by insertions while none holds more than
     // two candidates (two insertions cost less than the networks), else by flush().
@@ -1182,10 +1159,10 @@ struct GridBatchList {
 
 // grid_walk's hooks for the batched list: a run two refs a step, the lanes flushing together
 // when a step might not fit; a ring ends with a flush of the lanes that hold candidates.
-template <int K, int BB>
+template <int K>
 __device__ __forceinline__ void scan_run(const Point4<float>* __restrict__ pts, int32_t j,
                                          int32_t end, float qx, float qy, float qz,
-                                         GridBatchList<K, BB>& list) {
+                                         GridBatchList<K>& list) {
     for (; j + 1 < end; j += 2) {
         list.flush_together(2);
         const Point4<float> r0 = pts[j], r1 = pts[j + 1];
@@ -1198,8 +1175,8 @@ __device__ __forceinline__ void scan_run(const Point4<float>* __restrict__ pts, 
         list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
     }
 }
-template <int K, int BB>
-__device__ __forceinline__ void ring_done(GridBatchList<K, BB>& list) {
+template <int K>
+__device__ __forceinline__ void ring_done(GridBatchList<K>& list) {
     list.drain_together();
 }
 
@@ -1211,18 +1188,18 @@ struct BatchMinBlocks {
 };
 
 // One thread per query, as knn_grid_kernel; float32, K in {8, 16, 32, 64}.
-template <int K, int BB = kBatch>
+template <int K>
 __global__ void __launch_bounds__(kThreads, BatchMinBlocks<K>::value)
 knn_grid_batch_kernel(const float* __restrict__ query, GridParams p,
                       const Point4<float>* __restrict__ pts, float* __restrict__ out_d,
                       int64_t* __restrict__ out_i, const int32_t* __restrict__ order) {
-    __shared__ uint64_t batch_buf[BB * kThreads];
+    __shared__ uint64_t batch_buf[kBatch * kThreads];
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= p.B * p.M) return;
     const auto [b, m, flat] = grid_query(p, order, t);
     const int64_t row = flat * p.k;
     const float* q = query + flat * 3;
-    GridBatchList<K, BB> list;
+    GridBatchList<K> list;
     list.init(p.k, batch_buf + threadIdx.x);
     if (m < pcops_valid_length(p.query_lengths, b, p.M))
         grid_walk<float>(p, b, pts, q[0], q[1], q[2], list);
@@ -1523,8 +1500,8 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     // 0.191, the KITTI scan 1.103 / 1.073 -> 0.995 / 0.970, Gaussian blobs 16 x 4096 0.530 /
     // 0.509 -> 0.446 / 0.429, 4 x 8192 k=8 0.100 / 0.077 -> 0.096 / 0.074; k = 32 level (0.297
     // / 0.297 queued), k = 64 slower (the grid select takes it); k <= 4 keeps its short lists.
-    if (variant == PCOPS_SEARCH_GRID && dtype == PCOPS_FLOAT32 && K >= 5 && K <= 16 &&
-        !baseline_build && requested == PCOPS_SEARCH_AUTO)
+    if (variant == PCOPS_SEARCH_GRID && requested == PCOPS_SEARCH_AUTO &&
+        dtype == PCOPS_FLOAT32 && K >= 5 && K <= 16)
         variant = PCOPS_SEARCH_GRID_BATCH;
     if (variant == PCOPS_SEARCH_GRID_SELECT && (dtype != PCOPS_FLOAT32 || K > kGridSelectMaxK))
         variant = PCOPS_SEARCH_GRID;
