@@ -13,9 +13,10 @@ constexpr const char* kOpDist2 = "ball_query_dist2";
 
 // The internal `variant` argument: a pcops_search_variant value.
 pcops_search_variant check_search_variant(int64_t variant) {
-    TORCH_CHECK_VALUE((variant >= 0 && variant <= 3) || variant == 7, "pcops.", kOp,
-                      ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid), 3 "
-                      "(brute-force heap) or 7 (split brute force), got ", variant);
+    TORCH_CHECK_VALUE((variant >= 0 && variant <= 3) || variant == 7 || variant == 9, "pcops.",
+                      kOp, ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid), 3 "
+                      "(brute-force heap), 7 (split brute force) or 9 (split brute force on "
+                      "sorted queries), got ", variant);
     return (pcops_search_variant)variant;
 }
 

@@ -157,39 +157,53 @@ cudaError_t launch_ball_query(const T* query, const T* ref, const int64_t* query
 }
 
 // ------------------------------------------------------------------------------------------
-// the split brute force (PCOPS_SEARCH_BRUTE_SPLIT, S <= kSplitMaxS)
+// the split brute force (PCOPS_SEARCH_BRUTE_SPLIT and PCOPS_SEARCH_SPLIT_SORTED, S <= kSplitMaxS)
 //
-// A block of W warps takes 32 consecutive queries of one cloud, one per lane, and splits the
-// cloud's refs into W consecutive ranges of whole 32-ref chunks, one per warp. A warp stages a
-// chunk in shared memory (lane j loads ref j; +inf past the cloud's end, never in range) and
-// every lane tests the 32 refs against its own query, reading them by broadcast: a hit sets bit
-// j of a mask, and the mask's bits are appended in index order to the lane's list of at most S
-// (the first S of the warp's range). A warp stops when all its lanes hold S or its range ends.
-// Then the block concatenates each query's W lists in range order, keeps the first S (the first
-// S of the cloud in index order, as the warp-per-query kernel) and writes the row with the fill.
-// A ref costs the warp one shared-memory load, the distance and two integer instructions for 32
-// pairs (~11 warp instructions; the 8 of the distance are the floor), and W warps per 32 queries
-// fill the GPU when there are few queries; the price is no early exit across warps (each range
-// needs its own S hits) and a shared-memory list per (warp, query).
+// A block of W warps takes 32 queries of one cloud, one per lane, and splits the cloud's refs
+// into W consecutive ranges of whole 32-ref chunks, one per warp. Every lane tests refs against
+// its own query, reading them from shared memory by broadcast: a hit sets bit j of a mask, and
+// the mask's bits are appended in index order to the lane's list of at most S (the first S of
+// the warp's range). A warp stops when all its lanes hold S or its range ends. Then the block
+// concatenates each query's W lists in range order, keeps the first S (the first S of the
+// cloud in index order, as the warp-per-query kernel) and writes the row with the fill. A ref
+// costs the warp one shared-memory load, the distance and two integer instructions for 32
+// pairs (~11 warp instructions; the 8 of the distance are the floor), and W warps per 32
+// queries fill the GPU when there are few queries; the price is no early exit across warps
+// (each range needs its own S hits) and a shared-memory list per (warp, query).
+//
+// The box filter: every warp knows the box of its 32 queries, widened by the radius (with a
+// margin, rounded outward; split_box). Lane j loads ref j of a chunk and keeps it only if it
+// lies in that box; the kept refs are staged in index order (a ballot's prefix) and tested
+// 32 at a time, so a ref outside the box costs the warp ~1/32 of a pair test instead of 32.
+// A ref outside the box is out of every query's ball by the margin: the result is the same
+// bits. With the queries in their input order the box of 32 random queries is most of the
+// cloud and the filter skips little; SPLIT_SORTED first puts each cloud's queries in a
+// spatial order (ball_query_order_kernel, a counting sort by cell along a Hilbert curve), so
+// that a block's 32 queries are neighbours: at B=16 N=4096 M=1024 r=0.1 (uniform) their widened
+// box holds ~1/9 of the cloud. The block reads its queries through the order and writes their rows back
+// at their own indices.
 
 constexpr int kSplitMaxS = 64;           // plans take this kernel for S <= kSplitMaxS
 constexpr int kSplitMaxWarps = 8;
 constexpr size_t kSplitSmemBytes = 48 * 1024;  // no opt-in to more dynamic shared memory
+constexpr int kSplitStage = 64;          // refs staged per warp: 32 tested, up to 31 waiting
+constexpr int kSplitUnroll = 4;          // chunks a warp loads per step (and ahead)
 
 template <typename T>
 struct alignas(4 * sizeof(T)) SplitRef {
-    T x, y, z, w;
+    T x, y, z, w;  // w: the ref's index (its bits in a float, its value in a double)
 };
 
 // Odd row stride of a (warp, query) list: the lanes of a warp append at different rows without
 // bank conflicts.
 __host__ __device__ __forceinline__ int split_list_stride(int64_t S) { return (int)(S | 1); }
 
-// Shared memory of a block of the split kernel: per warp a chunk of refs, its (warp, query)
+// Shared memory of a block of the split kernel: per warp its staged refs, its (warp, query)
 // lists and counts; per block the 32 merged rows.
 template <typename T>
 __host__ __device__ __forceinline__ size_t split_smem_bytes(int warps, int64_t S) {
-    const size_t per_warp = 32 * (sizeof(SplitRef<T>) + sizeof(int32_t) * (split_list_stride(S) + 1));
+    const size_t per_warp = kSplitStage * sizeof(SplitRef<T>) +
+                            32 * sizeof(int32_t) * (split_list_stride(S) + 1);
     return (size_t)warps * per_warp + 32 * sizeof(int32_t) * (size_t)split_list_stride(S);
 }
 
@@ -213,19 +227,79 @@ __host__ __device__ __forceinline__ bool split_fits(int64_t B, int64_t M, int64_
 }
 
 template <typename T>
+__device__ __forceinline__ T split_index_as(int i);
+template <>
+__device__ __forceinline__ float split_index_as<float>(int i) { return __int_as_float(i); }
+template <>
+__device__ __forceinline__ double split_index_as<double>(int i) { return (double)i; }
+__device__ __forceinline__ int split_index_of(float w) { return __float_as_int(w); }
+__device__ __forceinline__ int split_index_of(double w) { return (int)w; }
+
+// A float as an int in the same order (min / max by integer reductions), and back.
+__device__ __forceinline__ int order_int(float f) {
+    const int i = __float_as_int(f);
+    return i >= 0 ? i : i ^ 0x7fffffff;
+}
+__device__ __forceinline__ float order_float(int i) { return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff); }
+
+// A coordinate as float bounds below and above it (the same float for a float).
+__device__ __forceinline__ void float_bounds(float x, float* lo, float* hi) { *lo = *hi = x; }
+__device__ __forceinline__ void float_bounds(double x, float* lo, float* hi) {
+    *lo = __double2float_rd(x);
+    *hi = __double2float_ru(x);
+}
+
+// A double bound rounded outward to T.
+__device__ __forceinline__ void split_round_out(double lo, double hi, float* lo_t, float* hi_t) {
+    *lo_t = __double2float_rd(lo);
+    *hi_t = __double2float_ru(hi);
+}
+__device__ __forceinline__ void split_round_out(double lo, double hi, double* lo_t, double* hi_t) {
+    *lo_t = lo;
+    *hi_t = hi;
+}
+
+// The box of the warp's finite queries (use: this lane's query counts; reduced as float
+// bounds, six integer reductions), widened by rr and rounded outward to T: a ref p with
+// p.x < lo[0] (or > hi[0], on any axis) is farther than rr from every query on that axis.
+// rr = sqrt(radius2) (1 + 2^-20): for a difference delta > rr, fl(delta) >= delta (1 - 2^-24) >
+// sqrt(radius2), so fl(delta)^2 rounds to >= radius2 and so does the distance (a sum of that
+// square and two non-negative ones, each rounding monotone): d < radius2 fails, as in the exact
+// test. Non-finite queries (never in range of anything) stay out of the box; no finite query:
+// an empty box (lo > hi), and with radius2 = +inf an unbounded one. Called by whole warps.
+template <typename T>
+__device__ __forceinline__ void split_box(bool use, T qx, T qy, T qz, T radius2, T (&lo)[3],
+                                          T (&hi)[3]) {
+    const T q[3] = {qx, qy, qz};
+    const double r2 = (double)radius2;
+    const double rr = r2 < INFINITY ? __dmul_ru(__dsqrt_ru(r2), 1.0 + 0x1p-20) : INFINITY;
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+        float a = INFINITY, b = -INFINITY;
+        if (use) float_bounds(q[j], &a, &b);
+        const double mn = order_float(__reduce_min_sync(kFullMask, order_int(a)));
+        const double mx = order_float(__reduce_max_sync(kFullMask, order_int(b)));
+        split_round_out(__dsub_rd(mn, rr), __dadd_ru(mx, rr), &lo[j], &hi[j]);
+    }
+}
+
+template <typename T>
 __global__ void __launch_bounds__(32 * kSplitMaxWarps)
 ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                         const int64_t* __restrict__ query_lengths,
-                        const int64_t* __restrict__ ref_lengths, int M, int N, T radius2, int S,
+                        const int64_t* __restrict__ ref_lengths,
+                        const int32_t* __restrict__ order, int M, int N, T radius2, int S,
                         int groups_per_cloud, int num_groups, int64_t* __restrict__ idx,
                         int64_t* __restrict__ count) {
     extern __shared__ __align__(16) unsigned char split_smem[];
     const int W = (int)(blockDim.x >> 5);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
+    const unsigned lower_lanes = (1u << lane) - 1u;
     const int stride = split_list_stride(S);
-    SplitRef<T>* stage = reinterpret_cast<SplitRef<T>*>(split_smem) + warp * 32;
-    int32_t* lists = reinterpret_cast<int32_t*>(split_smem + (size_t)W * 32 * sizeof(SplitRef<T>));
+    SplitRef<T>* stage = reinterpret_cast<SplitRef<T>*>(split_smem) + warp * kSplitStage;
+    int32_t* lists =
+        reinterpret_cast<int32_t*>(split_smem + (size_t)W * kSplitStage * sizeof(SplitRef<T>));
     int32_t* merged = lists + W * 32 * stride;  // [32][stride]: the queries' result rows
     int32_t* counts = merged + 32 * stride;
     int32_t* my_list = lists + (warp * 32 + lane) * stride;
@@ -239,9 +313,12 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
         const int L_ref = (int)pcops_valid_length(ref_lengths, b, N);
         const T* cloud = ref + (int64_t)b * N * 3;
 
-        // phase 1: this warp's range of whole chunks, this lane's query
-        const int m = m0 + lane;
-        const bool active = m < M && m < L_query;
+        // phase 1: this warp's range of whole chunks, this lane's query (slot m0 + lane of the
+        // cloud's order: query m)
+        const int slot = m0 + lane;
+        int m = slot;
+        if (order != nullptr && slot < M) m = order[(int64_t)b * M + slot];
+        const bool active = slot < M && m < L_query;
         T qx = T(0), qy = T(0), qz = T(0);
         if (active) {
             const T* q = query + ((int64_t)b * M + m) * 3;
@@ -249,61 +326,98 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
             qy = q[1];
             qz = q[2];
         }
+        const bool finite = pcops_grid_finite3((double)qx, (double)qy, (double)qz);
+        T lo[3], hi[3];
+        split_box(active && finite, qx, qy, qz, radius2, lo, hi);
         const int chunks = (int)(((unsigned)L_ref + 31u) >> 5);
         const int per_warp = (int)(((unsigned)chunks + (unsigned)W - 1u) / (unsigned)W);
-        const int lo = warp * per_warp * 32;
-        const int hi = min(lo + per_warp * 32, L_ref);
+        const int r_lo = warp * per_warp * 32;
+        const int r_hi = min(r_lo + per_warp * 32, L_ref);
         int cnt = 0;
-        bool done = !active;
-        if (lo < hi && !__all_sync(kFullMask, done)) {
-            T nx = inf, ny = inf, nz = inf;  // this lane's ref of the next chunk, loaded ahead
-            if (lo + lane < hi) {
-                const T* r = cloud + (int64_t)(lo + lane) * 3;
-                nx = r[0];
-                ny = r[1];
-                nz = r[2];
+        bool done = !active || !finite;  // a non-finite query is in range of nothing
+        // Tests stage[0, 32) against this lane's query and appends the hits in index order.
+        auto test_stage = [&]() {
+            unsigned mask = 0u;
+            if constexpr (sizeof(T) == 4) {
+                // d >= +0 or NaN (the GPU's NaN is 0x7fffffff) and 0 < radius2 <= +inf: as
+                // uint32 both lie in [0, 2^31), so the sign of the bits' difference is
+                // d < radius2 (false for NaN); a funnel shift appends it, ref j at bit 31 - j
+                const unsigned r2bits = __float_as_uint(radius2);
+#pragma unroll
+                for (int j = 0; j < 32; ++j) {
+                    const SplitRef<T> p = stage[j];
+                    const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
+                    mask = __funnelshift_l(__float_as_uint(d) - r2bits, mask, 1);
+                }
+                mask = __brev(mask);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 32; ++j) {
+                    const SplitRef<T> p = stage[j];
+                    const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
+                    mask |= (d < radius2 ? 1u : 0u) << j;  // NaN is never a neighbour
+                }
             }
-            for (int c0 = lo; c0 < hi; c0 += 32) {
-                __syncwarp();  // the previous chunk is read by every lane
-                stage[lane] = SplitRef<T>{nx, ny, nz, T(0)};
+            if (done) mask = 0u;
+            while (mask != 0u && cnt < S) {
+                my_list[cnt++] = split_index_of(stage[__ffs(mask) - 1].w);
+                mask &= mask - 1u;
+            }
+            done = done || cnt >= S;
+        };
+        if (r_lo < r_hi && !__all_sync(kFullMask, done)) {
+            // this lane's refs of the next kSplitUnroll chunks (+inf past the range: never
+            // kept), each loaded kSplitUnroll chunks ahead of its use
+            T nx[kSplitUnroll], ny[kSplitUnroll], nz[kSplitUnroll];
+            auto load = [&](int u, int c0) {
+                const int n = c0 + lane;
+                nx[u] = ny[u] = nz[u] = inf;
+                if (n < r_hi) {
+                    const T* r = cloud + (int64_t)n * 3;
+                    nx[u] = r[0];
+                    ny[u] = r[1];
+                    nz[u] = r[2];
+                }
+            };
+#pragma unroll
+            for (int u = 0; u < kSplitUnroll; ++u) load(u, r_lo + 32 * u);
+            int staged = 0;  // warp-uniform: refs waiting in stage[0, staged)
+            bool finished = false;
+            for (int c0 = r_lo; c0 < r_hi && !finished; c0 += 32 * kSplitUnroll) {
+#pragma unroll
+                for (int u = 0; u < kSplitUnroll; ++u) {
+                    const T px = nx[u], py = ny[u], pz = nz[u];
+                    load(u, c0 + 32 * (u + kSplitUnroll));
+                    const int n = c0 + u * 32 + lane;
+                    // NaN coordinates compare false: such a ref is kept (and never in range)
+                    const bool keep = n < r_hi && !(px < lo[0] || px > hi[0] || py < lo[1] ||
+                                                    py > hi[1] || pz < lo[2] || pz > hi[2]);
+                    const unsigned kept = __ballot_sync(kFullMask, keep);
+                    if (kept == 0u) continue;
+                    if (keep)
+                        stage[staged + __popc(kept & lower_lanes)] =
+                            SplitRef<T>{px, py, pz, split_index_as<T>(n)};
+                    staged += __popc(kept);
+                    if (staged >= 32) {
+                        __syncwarp();
+                        test_stage();
+                        __syncwarp();  // stage[0, 32) is read by every lane
+                        if (lane < staged - 32) stage[lane] = stage[32 + lane];
+                        staged -= 32;
+                        __syncwarp();
+                        if (__all_sync(kFullMask, done)) {
+                            finished = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            if (!finished && staged > 0) {  // the rest, padded with refs never in range
+                if (lane >= staged) stage[lane] = SplitRef<T>{inf, inf, inf, split_index_as<T>(0)};
                 __syncwarp();
-                const int nn = c0 + 32 + lane;
-                nx = ny = nz = inf;
-                if (nn < hi) {
-                    const T* r = cloud + (int64_t)nn * 3;
-                    nx = r[0];
-                    ny = r[1];
-                    nz = r[2];
-                }
-                unsigned mask = 0u;
-                if constexpr (sizeof(T) == 4) {
-                    // d >= +0 or NaN (the GPU's NaN is 0x7fffffff) and 0 < radius2 <= +inf: as
-                    // uint32 both lie in [0, 2^31), so the sign of the bits' difference is
-                    // d < radius2 (false for NaN); a funnel shift appends it, ref j at bit 31 - j
-                    const unsigned r2bits = __float_as_uint(radius2);
-#pragma unroll
-                    for (int j = 0; j < 32; ++j) {
-                        const SplitRef<T> p = stage[j];
-                        const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
-                        mask = __funnelshift_l(__float_as_uint(d) - r2bits, mask, 1);
-                    }
-                    mask = __brev(mask);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 32; ++j) {
-                        const SplitRef<T> p = stage[j];
-                        const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
-                        mask |= (d < radius2 ? 1u : 0u) << j;  // NaN is never a neighbour
-                    }
-                }
-                if (done) mask = 0u;
-                while (mask != 0u && cnt < S) {
-                    my_list[cnt++] = c0 + (__ffs(mask) - 1);
-                    mask &= mask - 1u;
-                }
-                done = done || cnt >= S;
-                if (__all_sync(kFullMask, done)) break;
+                test_stage();
             }
+            __syncwarp();  // the stage is rewritten by the next group
         }
         counts[warp * 32 + lane] = cnt;
         __syncthreads();
@@ -322,12 +436,12 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
         int32_t* row = merged + lane * stride;
         for (int i = 0; i < cnt && before + i < S; ++i) row[before + i] = my_list[i];
         for (int s = found + warp; s < S; s += W) row[s] = first;
-        if (warp == 0 && m < M) count[(int64_t)b * M + m] = found;
+        if (warp == 0 && slot < M) count[(int64_t)b * M + m] = found;
         __syncthreads();
-        // the rows to global memory, a warp per row, coalesced
+        // the rows to global memory, a warp per row (query m of lane qq), coalesced
         for (int qq = warp; qq < 32; qq += W) {
-            const int mq = m0 + qq;
-            if (mq >= M) break;
+            const int mq = __shfl_sync(kFullMask, m, qq);
+            if (m0 + qq >= M) break;
             int64_t* out = idx + ((int64_t)b * M + mq) * S;
             for (int s = lane; s < S; s += 32) out[s] = merged[qq * stride + s];
         }
@@ -335,19 +449,189 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
     }
 }
 
+// The spatial order of the queries (PCOPS_SEARCH_SPLIT_SORTED): one block per cloud bins its
+// queries by a cell of `bits` bits per axis over the box of its valid finite queries, numbered
+// along a Hilbert curve (consecutive cells are neighbours, so a run of cells -- a block's 32
+// queries -- is compact: at B=16 N=4096 M=1024 r=0.1 the widened boxes hold 11 % of the refs
+// against 17 % in Morton order, whose runs jump across the cloud at every octant), by a
+// counting sort in shared memory (counts, their scan, the placing); invalid and non-finite
+// queries last. order[b * M + slot] = the query at that slot. The order inside a cell is that of
+// the atomics (it may change from call to call): the split kernel's rows do not depend on it
+// (the box filter only skips refs out of range). The box and the cells are float arithmetic:
+// the order is a heuristic, any permutation gives the same rows.
+constexpr int kOrderThreads = 1024;
+constexpr int kOrderMaxBits = 4;
+constexpr int kOrderPer = 4;  // keys a thread keeps in registers; past kOrderPer * kOrderThreads
+                              // queries in the workspace
+
+// The Hilbert index of cell (x, y, z) of a 2^bits grid (Skilling's transpose algorithm).
+__device__ __forceinline__ int hilbert3(unsigned x, unsigned y, unsigned z, int bits) {
+    unsigned X[3] = {x, y, z};
+    for (unsigned q = 1u << (bits - 1); q > 1u; q >>= 1) {
+        const unsigned p = q - 1u;
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+            if (X[i] & q) {
+                X[0] ^= p;
+            } else {
+                const unsigned t = (X[0] ^ X[i]) & p;
+                X[0] ^= t;
+                X[i] ^= t;
+            }
+        }
+    }
+    X[1] ^= X[0];
+    X[2] ^= X[1];
+    unsigned t = 0u;
+    for (unsigned q = 1u << (bits - 1); q > 1u; q >>= 1)
+        if (X[2] & q) t ^= q - 1u;
+    int h = 0;
+    for (int b = bits - 1; b >= 0; --b)
+#pragma unroll
+        for (int i = 0; i < 3; ++i) h = (h << 1) | (int)(((X[i] ^ t) >> b) & 1u);
+    return h;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kOrderThreads)
+ball_query_order_kernel(const T* __restrict__ query, const int64_t* __restrict__ query_lengths,
+                        int M, int bits, int32_t* __restrict__ order, int32_t* __restrict__ keys) {
+    extern __shared__ int32_t order_counts[];  // [cells + 1], the last one the unbinned queries
+    __shared__ int box[6];                     // order_int of the mins and of the maxes
+    __shared__ int red[32];
+    const int b = blockIdx.x;
+    const int tid = threadIdx.x, nt = (int)blockDim.x;
+    const int L = (int)pcops_valid_length(query_lengths, b, M);
+    const T* cloud = query + (int64_t)b * M * 3;
+    const int side = 1 << bits, cells = 1 << (3 * bits);
+    for (int c = tid; c <= cells; c += nt) order_counts[c] = 0;
+    if (tid < 6) box[tid] = tid < 3 ? INT_MAX : INT_MIN;
+
+    float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+    for (int i = tid; i < L; i += nt) {
+        const T* q = cloud + (int64_t)i * 3;
+        const float p[3] = {(float)q[0], (float)q[1], (float)q[2]};
+        if (!(isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]))) continue;
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+            lo[j] = fminf(lo[j], p[j]);
+            hi[j] = fmaxf(hi[j], p[j]);
+        }
+    }
+    int v[6];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+        v[j] = __reduce_min_sync(kFullMask, order_int(lo[j]));
+        v[j + 3] = __reduce_max_sync(kFullMask, order_int(hi[j]));
+    }
+    __syncthreads();  // the counts and the box are initialised
+    if ((tid & 31) == 0) {
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+            atomicMin(&box[j], v[j]);
+            atomicMax(&box[j + 3], v[j + 3]);
+        }
+    }
+    __syncthreads();
+    float scale[3];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+        lo[j] = order_float(box[j]);
+        const float ext = order_float(box[j + 3]) - lo[j];
+        scale[j] = ext > 0.0f && ext < INFINITY ? (float)side / ext : 0.0f;  // else one cell
+    }
+    auto key_of = [&](int i) {
+        const T* q = cloud + (int64_t)i * 3;
+        const float p[3] = {(float)q[0], (float)q[1], (float)q[2]};
+        if (i >= L || !(isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]))) return cells;
+        unsigned c[3];
+#pragma unroll
+        for (int j = 0; j < 3; ++j)
+            c[j] = (unsigned)min(max((int)((p[j] - lo[j]) * scale[j]), 0), side - 1);
+        return hilbert3(c[0], c[1], c[2], bits);
+    };
+    int kreg[kOrderPer];
+#pragma unroll
+    for (int k = 0; k < kOrderPer; ++k) {
+        const int i = tid + k * nt;
+        kreg[k] = i < M ? key_of(i) : 0;
+        if (i < M) atomicAdd(&order_counts[kreg[k]], 1);
+    }
+    for (int i = tid + kOrderPer * nt; i < M; i += nt) {
+        const int key = key_of(i);
+        keys[(int64_t)b * M + i] = key;
+        atomicAdd(&order_counts[key], 1);
+    }
+    __syncthreads();
+    // the exclusive scan of the counts: a run of `per` consecutive cells a thread
+    const int per = (cells + 1 + nt - 1) / nt;
+    const int c0 = tid * per;
+    int sum = 0;
+    for (int c = c0; c < c0 + per && c <= cells; ++c) sum += order_counts[c];
+    int total;
+    int run = pcops_grid_cuda::block_exclusive_scan(sum, red, &total);
+    for (int c = c0; c < c0 + per && c <= cells; ++c) {
+        const int n = order_counts[c];
+        order_counts[c] = run;
+        run += n;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kOrderPer; ++k) {
+        const int i = tid + k * nt;
+        if (i < M) order[(int64_t)b * M + atomicAdd(&order_counts[kreg[k]], 1)] = i;
+    }
+    for (int i = tid + kOrderPer * nt; i < M; i += nt)
+        order[(int64_t)b * M + atomicAdd(&order_counts[keys[(int64_t)b * M + i]], 1)] = i;
+}
+
+// Workspace of the query order: the order, then (past kOrderPer keys a thread) the keys.
+inline size_t order_workspace_bytes(int64_t B, int64_t M) {
+    const size_t n = (size_t)B * (size_t)M * sizeof(int32_t);
+    return M > (int64_t)kOrderPer * kOrderThreads ? 2 * ((n + 255) / 256 * 256) : n;
+}
+
+// AUTO sorts the queries from this many pairs B * M * N (below, the order's launch costs
+// more than the box filter saves).
+constexpr double kSortedMinPairs = 3e7;
+
+// Bits per axis of the query order: ~2 queries a cell (a block's 32 queries in a run of ~16
+// cells), at most kOrderMaxBits.
+inline int order_bits_for(int64_t M) {
+    int bits = 1;
+    while (bits < kOrderMaxBits && ((int64_t)1 << (3 * bits)) * 2 < M) ++bits;
+    return bits;
+}
+
 template <typename T>
 cudaError_t launch_ball_query_split(const T* query, const T* ref, const int64_t* query_lengths,
                                     const int64_t* ref_lengths, int64_t B, int64_t M, int64_t N,
-                                    double radius2, int64_t S, int64_t warps, int64_t* idx,
-                                    int64_t* count, cudaStream_t stream) {
+                                    double radius2, int64_t S, int64_t warps, int64_t order_bits,
+                                    void* workspace, int64_t* idx, int64_t* count,
+                                    cudaStream_t stream) {
     const int64_t groups_per_cloud = (M + 31) / 32;
     const int64_t num_groups = B * groups_per_cloud;
     if (!split_fits(B, M, N, S) || warps < 1 || warps > kSplitMaxWarps)
         return cudaErrorInvalidValue;
     const size_t smem = split_smem_bytes<T>((int)warps, S);
     if (smem > kSplitSmemBytes) return cudaErrorInvalidValue;
+    int32_t* order = nullptr;
+    if (order_bits > 0) {
+        if (order_bits > kOrderMaxBits || workspace == nullptr || B > INT_MAX)
+            return cudaErrorInvalidValue;
+        order = static_cast<int32_t*>(workspace);
+        int32_t* keys = nullptr;
+        if (M > (int64_t)kOrderPer * kOrderThreads)
+            keys = order + ((size_t)B * (size_t)M * sizeof(int32_t) + 255) / 256 * 256 / sizeof(int32_t);
+        const size_t cells = (size_t)1 << (3 * order_bits);
+        ball_query_order_kernel<T><<<(unsigned)B, kOrderThreads, (cells + 1) * sizeof(int32_t),
+                                     stream>>>(query, query_lengths, (int)M, (int)order_bits,
+                                               order, keys);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
     ball_query_split_kernel<T><<<(unsigned)num_groups, (unsigned)(32 * warps), smem, stream>>>(
-        query, ref, query_lengths, ref_lengths, (int)M, (int)N, (T)radius2, (int)S,
+        query, ref, query_lengths, ref_lengths, order, (int)M, (int)N, (T)radius2, (int)S,
         (int)groups_per_cloud, (int)num_groups, idx, count);
     return cudaGetLastError();
 }
@@ -592,34 +876,46 @@ extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_
     plan->radius2 = radius2;
     const int64_t cells = pcops_grid_budget(N, 1.0);
     const bool grid_ok = 2 * B * cells + 1 < INT_MAX && B * N < INT_MAX && B * M < INT_MAX;
-    // AUTO, from the H100 (BENCHMARKS.md, stop 24; uniform clouds, ~S/2 refs a ball, ms from
-    // an idle GPU, L2 flushed). The split brute force costs ~0.02 ms + 0.49 ms per 1e9 pairs
-    // (B * M * N) whatever S; the grid ~0.16-0.35 ms at S = 16 and 0.28-1.3 ms at S = 64 for
-    // 2.7e8-2.1e9 pairs. The split kernel up to 4e8 pairs for S <= 32 (2.7e8: 0.14-0.15 against
-    // the grid's 0.17-0.20; 5.4e8, S = 16: 0.26-0.27 against 0.16-0.23) and up to 1.2e9 for
-    // S <= 64 (1.1e9, S = 64: 0.52-0.53 against 0.45-1.33; 2.1e9: 1.00 against 0.46); the grid
-    // above. For S > 64 (the warp-per-query kernel) the grid from N = 16384 (stop 23: the
-    // brute force wins up to N = 8192 by 1.6-4.5x, the grid from 16384 by 1.2-8.5x).
-    // A few groups of 32 queries against a large cloud leave the split kernel a long scan per
-    // warp on a few SMs: the grid there too (N > 32768 and fewer than 264 groups, 2 an SM).
+    // AUTO, from the H100 (BENCHMARKS.md, stops 24 and 26; uniform clouds, ~S/2 refs a ball, ms
+    // from an idle GPU / queued, L2 flushed). The split brute force costs ~0.02 ms + 0.49 ms per
+    // 1e9 pairs (B * M * N) whatever S; on sorted queries (SPLIT_SORTED) its box filter skips
+    // most refs: 0.05-0.15 ms for 6.7e7-1.1e9 pairs (B=16 N=4096 M=1024 r=0.1 S=64 0.043 / 0.027
+    // against 0.060 / 0.046 unsorted; 1 x 65536 of 16384 0.146 / 0.132 against the grid's
+    // 0.281 / 0.251), 0.32-0.77 ms at 4.3e9-1e10 where the grid takes 0.24-0.28. Below 3e7 pairs
+    // the order's launch costs more than the filter saves (B=32 N=1024 M=512 r=0.2: 0.042 /
+    // 0.021 sorted, 0.036 / 0.018 not). So: the split kernel up to 2e9 pairs, on sorted queries
+    // from 3e7, the grid above. For S > 64 (the warp-per-query kernel) the grid from N = 16384
+    // (stop 23: the brute force wins up to N = 8192 by 1.6-4.5x, the grid from 16384 by
+    // 1.2-8.5x). A few groups of 32 queries against a large cloud leave each warp of the split
+    // kernel a long chain of loads (~0.6 us a step of 128 refs): the grid where a warp's range
+    // exceeds 40960 refs and there are fewer than 264 groups (2 an SM); 1 x 200000 of 4096
+    // (128 groups, 25000 refs a warp): 0.154 / 0.133 sorted, 0.307 / 0.266 the grid.
     const bool split_ok = split_fits(B, M, N, S);
     const double pairs = (double)B * (double)M * (double)N;
-    const bool few_groups = N > 32768 && B * ((M + 31) / 32) < 264;
+    const int warps = dtype == PCOPS_FLOAT32 ? split_warps<float>(N, S) : split_warps<double>(N, S);
+    const bool few_groups = N > 40960 * (int64_t)warps && B * ((M + 31) / 32) < 264;
     if (variant == PCOPS_SEARCH_AUTO) {
-        if (split_ok && pairs <= (S <= 32 ? 4e8 : 1.2e9) && !few_groups)
-            variant = PCOPS_SEARCH_BRUTE_SPLIT;
+        if (split_ok && pairs <= 2e9 && !few_groups)
+            variant = pairs >= kSortedMinPairs ? PCOPS_SEARCH_SPLIT_SORTED
+                                               : PCOPS_SEARCH_BRUTE_SPLIT;
         else if (N >= 16384)
             variant = PCOPS_SEARCH_GRID;
         else
-            variant = split_ok ? PCOPS_SEARCH_BRUTE_SPLIT : PCOPS_SEARCH_BRUTE;
+            variant = split_ok ? PCOPS_SEARCH_SPLIT_SORTED : PCOPS_SEARCH_BRUTE;
     }
     if (variant == PCOPS_SEARCH_GRID && !grid_ok) variant = PCOPS_SEARCH_BRUTE_SPLIT;
-    if (variant == PCOPS_SEARCH_BRUTE_SPLIT && !split_ok) variant = PCOPS_SEARCH_BRUTE;
-    if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_SPLIT)
+    if ((variant == PCOPS_SEARCH_BRUTE_SPLIT || variant == PCOPS_SEARCH_SPLIT_SORTED) && !split_ok)
+        variant = PCOPS_SEARCH_BRUTE;
+    if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_SPLIT &&
+        variant != PCOPS_SEARCH_SPLIT_SORTED)
         variant = PCOPS_SEARCH_BRUTE;
     plan->variant = variant;
-    if (variant == PCOPS_SEARCH_BRUTE_SPLIT)
-        plan->warps = dtype == PCOPS_FLOAT32 ? split_warps<float>(N, S) : split_warps<double>(N, S);
+    if (variant == PCOPS_SEARCH_BRUTE_SPLIT || variant == PCOPS_SEARCH_SPLIT_SORTED)
+        plan->warps = warps;
+    if (variant == PCOPS_SEARCH_SPLIT_SORTED && B > 0 && M > 0) {
+        plan->order_bits = order_bits_for(M);
+        plan->workspace_bytes = order_workspace_bytes(B, M);
+    }
     if (variant == PCOPS_SEARCH_GRID && B > 0 && M > 0) {
         plan->cells = cells;
         // the stable grid of the refs, then the counting sort of the queries (no refs)
@@ -644,12 +940,16 @@ extern "C" cudaError_t pcops_ball_query_cuda_run(const pcops_ball_query_cuda_pla
         return pcops_ball_query_cuda(plan->dtype, query, ref, query_lengths, ref_lengths, plan->B,
                                      plan->M, plan->N, plan->radius2, plan->S, idx, count, stream);
     if (plan->B == 0 || plan->M == 0) return cudaSuccess;
-    if (plan->variant == PCOPS_SEARCH_BRUTE_SPLIT)
+    if (plan->variant == PCOPS_SEARCH_BRUTE_SPLIT || plan->variant == PCOPS_SEARCH_SPLIT_SORTED)
         return pcops_dispatch_float(plan->dtype, stream, [&](auto zero) {
             using T = decltype(zero);
             return launch_ball_query_split((const T*)query, (const T*)ref, query_lengths,
                                            ref_lengths, plan->B, plan->M, plan->N, plan->radius2,
-                                           plan->S, plan->warps, idx, count, stream);
+                                           plan->S, plan->warps,
+                                           plan->variant == PCOPS_SEARCH_SPLIT_SORTED
+                                               ? plan->order_bits
+                                               : 0,
+                                           workspace, idx, count, stream);
         });
     if (workspace == nullptr) return cudaErrorInvalidValue;
     return pcops_dispatch_float(plan->dtype, stream, [&](auto zero) {

@@ -158,6 +158,9 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
  * grid with a warp per query and keeps its candidates in a buffer shrunk by the same select;
  * BRUTE_SPLIT (CUDA ball query, nsample <= 64; BRUTE elsewhere) is a brute force with a thread
  * per query whose block splits the refs among its warps;
+ * SPLIT_SORTED (CUDA ball query, nsample <= 64; BRUTE elsewhere) is BRUTE_SPLIT with the
+ * queries of each cloud first put in a spatial order, so that the 32 queries of a block are
+ * neighbours and its warps skip every ref outside their box (widened by the radius);
  * GRID_BATCH (CUDA kNN, float32, k <= 64; GRID elsewhere on CUDA, BRUTE on the CPU) is the grid
  * with a thread per query whose candidates are buffered and merged into its list in batches. */
 typedef enum pcops_search_variant {
@@ -170,6 +173,7 @@ typedef enum pcops_search_variant {
     PCOPS_SEARCH_GRID_SELECT = 6,
     PCOPS_SEARCH_BRUTE_SPLIT = 7,
     PCOPS_SEARCH_GRID_BATCH = 8,
+    PCOPS_SEARCH_SPLIT_SORTED = 9,
 } pcops_search_variant;
 
 /* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is
@@ -454,9 +458,10 @@ typedef struct pcops_ball_query_cuda_plan {
     pcops_dtype dtype;
     int64_t B, M, N, S;
     double radius2;
-    pcops_search_variant variant; /* what runs: BRUTE, BRUTE_SPLIT or GRID */
+    pcops_search_variant variant; /* what runs: BRUTE, BRUTE_SPLIT, SPLIT_SORTED or GRID */
     int64_t cells;                /* GRID: cell budget per cloud */
-    int64_t warps;                /* BRUTE_SPLIT: warps a block (ranges of the refs) */
+    int64_t warps;                /* BRUTE_SPLIT, SPLIT_SORTED: warps a block (ranges of the refs) */
+    int64_t order_bits;           /* SPLIT_SORTED: bits per axis of the queries' spatial order */
     size_t workspace_bytes;
 } pcops_ball_query_cuda_plan;
 cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,

@@ -119,7 +119,7 @@ torch.library.register_autograd(
 
 
 # Search variants of the internal `variant` argument (kernels/pcops.h, pcops_search_variant).
-VARIANTS = {"auto": 0, "brute": 1, "grid": 2, "split": 7}
+VARIANTS = {"auto": 0, "brute": 1, "grid": 2, "split": 7, "split_sorted": 9}
 
 
 def _ball_query_variant(query, ref, radius, nsample, query_lengths=None, ref_lengths=None, variant="auto"):

@@ -414,8 +414,9 @@ def test_cuda_torch_compile_fullgraph(cuda, gen):
 
 # ---------------------------------------------------------------------------------------------
 # the split brute force (internal variant 7, CUDA, nsample <= 64): a thread per query, the refs
-# split among the block's warps, the ranges' lists concatenated; against the warp-per-query
-# brute force (variant 1) bit for bit, and against NumPy
+# split among the block's warps, the ranges' lists concatenated; variant 9 the same on the
+# queries in a spatial order (each block skips the refs outside its queries' box widened by the
+# radius); both against the warp-per-query brute force (variant 1) bit for bit, and against NumPy
 
 
 def _split_vs_brute(query, ref, radius, S, ql=None, rl=None):
@@ -423,6 +424,9 @@ def _split_vs_brute(query, ref, radius, S, ql=None, rl=None):
     split = bq_op(query, ref, radius, S, ql, rl, 7)
     assert_equal(split[0], brute[0], what="split idx vs brute force")
     assert_equal(split[1], brute[1], what="split count vs brute force")
+    ordered = bq_op(query, ref, radius, S, ql, rl, 9)
+    assert_equal(ordered[0], brute[0], what="split (sorted queries) idx vs brute force")
+    assert_equal(ordered[1], brute[1], what="split (sorted queries) count vs brute force")
     return split
 
 
@@ -485,18 +489,49 @@ def test_cuda_split_poisoned_outputs_and_auto(cuda, gen):
     _split_vs_brute(query.cuda(), ref.cuda(), 0.3, 65)
 
 
-def test_cuda_split_graph_capture(cuda, gen):
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_split_sorted_box_edges(cuda, gen, dtype):
+    """The box filter of variant 9 against the brute force where it could cut too much: refs on
+    the axes through each query at the radius give or take a few ulps (in range or not by the
+    last bit), queries in tight clusters (small boxes), UTM-sized coordinates, tiny and huge
+    radii, more queries than the order kernel's threads (several a thread, 4 bits an axis)."""
+    B, M = 2, 3000
+    for offset, radius in ((0.0, 0.05), (3e5, 0.7), (0.0, 1e-6), (0.0, 1e30)):
+        centres = offset + 0.1 * torch.rand(B, 6, 3, generator=gen, dtype=torch.float64)
+        which = torch.randint(0, 6, (B, M), generator=gen)
+        query = torch.gather(centres, 1, which[..., None].expand(B, M, 3))
+        query = (query + 0.01 * torch.randn(B, M, 3, generator=gen, dtype=torch.float64)).to(dtype)
+        # refs: for 200 queries, points at radius * (1 + t) along +-x, +-y, +-z
+        ts = torch.tensor([-4, -2, -1, 0, 1, 2, 4], dtype=torch.float64) * torch.finfo(dtype).eps
+        axes = torch.cat([torch.eye(3), -torch.eye(3)]).to(torch.float64)
+        base = query[:, :200].to(torch.float64)
+        steps = (radius * (1 + ts))[:, None, None] * axes[None]  # [7, 6, 3]
+        ref = (base[:, :, None, None, :] + steps[None, None]).reshape(B, -1, 3)
+        ref = ref[:, torch.randperm(ref.shape[1], generator=gen)].to(dtype)
+        idx, count = _split_vs_brute(query.cuda(), ref.cuda(), radius, 64)
+        if radius < 1e29:
+            assert count.sum().item() > 0
+    for B, M, N, S in ((1, 5000, 3000, 8), (3, 1025, 2100, 64)):
+        ref, query = clustered_points(B, N, gen, dtype=dtype), clustered_points(B, M, gen, dtype=dtype)
+        ql = random_lengths(B, M, gen, device="cuda")
+        _split_vs_brute(query.cuda(), ref.cuda(), 0.13, S)
+        _split_vs_brute(query.cuda(), ref.cuda(), 0.13, S, ql, None)
+
+
+@pytest.mark.parametrize("variant", [7, 9])
+def test_cuda_split_graph_capture(cuda, gen, variant):
     B, M, N, S = 3, 50, 700, 32
     ref, query = rand_points(B, N, gen).cuda(), rand_points(B, M, gen).cuda()
     rl = torch.full((B,), N, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        bq_op(query, ref, 0.2, S, None, rl, 7)
+        bq_op(query, ref, 0.2, S, None, rl, variant)
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        idx, count = bq_op(query, ref, 0.2, S, None, rl, 7)
+        idx, count = bq_op(query, ref, 0.2, S, None, rl, variant)
     new_ref, new_query, new_rl = rand_points(B, N, gen), rand_points(B, M, gen), random_lengths(B, N, gen)
     ref.copy_(new_ref), query.copy_(new_query), rl.copy_(new_rl)
     graph.replay()

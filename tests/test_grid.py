@@ -23,8 +23,9 @@ bq_op = torch.ops.pcops.ball_query.default
 # GRID_SELECT (CUDA kNN, float32, k <= 128): a warp per query over the same grid, its candidates
 # in a buffer shrunk by a bit-search select (the grid on CUDA elsewhere, the brute force on the CPU)
 # BRUTE_SPLIT (CUDA ball query, nsample <= 64): a thread per query, the refs split among a
-# block's warps (the warp-per-query brute force on the CPU and above 64)
-BRUTE, GRID, GRID_BASELINE, GRID_SELECT, BRUTE_SPLIT, GRID_BATCH = 1, 2, 4, 6, 7, 8
+# block's warps (the warp-per-query brute force on the CPU and above 64); SPLIT_SORTED: the same
+# on the queries in a spatial order, each block skipping the refs outside its queries' box
+BRUTE, GRID, GRID_BASELINE, GRID_SELECT, BRUTE_SPLIT, GRID_BATCH, SPLIT_SORTED = 1, 2, 4, 6, 7, 8, 9
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KITTI = os.path.join(ROOT, ".data", "scans", "kitti_velodyne_000000.npy")
 
@@ -137,6 +138,9 @@ def check_bq(query, ref, radius, S, ql=None, rl=None):
     i3, c3 = bq_op(query, ref, radius, S, ql, rl, BRUTE_SPLIT)
     assert_equal(i3, i1, what="split brute force idx vs brute force")
     assert_equal(c3, c1, what="split brute force count vs brute force")
+    i4, c4 = bq_op(query, ref, radius, S, ql, rl, SPLIT_SORTED)
+    assert_equal(i4, i1, what="split brute force (sorted queries) idx vs brute force")
+    assert_equal(c4, c1, what="split brute force (sorted queries) count vs brute force")
     return i1, c1
 
 
@@ -357,6 +361,7 @@ def test_opcheck_variants(device, gen):
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_SELECT))
     torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BATCH))
     torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, BRUTE_SPLIT))
+    torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, SPLIT_SORTED))
 
 
 def test_bad_variant(device, gen):
@@ -367,7 +372,7 @@ def test_bad_variant(device, gen):
         bq_op(q, q, 0.1, 2, None, None, -1)
     with pytest.raises(ValueError, match=r"pcops\.knn: argument 'variant'"):
         knn_op(q, q, 2, None, None, 9)
-    for v in (4, 5, 6, 8):
+    for v in (4, 5, 6, 8, 10):
         with pytest.raises(ValueError, match=r"pcops\.ball_query: argument 'variant'"):
             bq_op(q, q, 0.1, 2, None, None, v)
 
