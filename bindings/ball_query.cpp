@@ -168,4 +168,12 @@ TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
 }
 #endif
 
+// Autograd: ball_query's outputs are indices and counts, not differentiable; a fallthrough for
+// the Autograd key keeps the call in C++ (no autograd fallback kernel: inputs that require grad
+// are accepted and the outputs do not require it). ball_query_dist2's distances have their
+// backward in Python (pcops/ball_query.py).
+TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
+    m.impl("ball_query", torch::CppFunction::makeFallthrough());
+}
+
 }  // namespace pcops

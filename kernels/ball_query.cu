@@ -318,8 +318,28 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
         const int L_ref = (int)pcops_valid_length(ref_lengths, b, N);
         const T* cloud = ref + (int64_t)b * N * 3;
 
-        // phase 1: this warp's range of whole chunks, this lane's query (slot m0 + lane of the
+        // phase 1: this warp's range of whole chunks (its first refs loaded before the query,
+        // so that the two loads' latencies overlap), this lane's query (slot m0 + lane of the
         // cloud's order: query m)
+        const int chunks = (int)(((unsigned)L_ref + 31u) >> 5);
+        const int per_warp = (int)(((unsigned)chunks + (unsigned)W - 1u) / (unsigned)W);
+        const int r_lo = warp * per_warp * 32;
+        const int r_hi = min(r_lo + per_warp * 32, L_ref);
+        // this lane's refs of the next kSplitUnroll chunks (+inf past the range: never
+        // kept), each loaded kSplitUnroll chunks ahead of its use
+        T nx[kSplitUnroll], ny[kSplitUnroll], nz[kSplitUnroll];
+        auto load = [&](int u, int c0) {
+            const int n = c0 + lane;
+            nx[u] = ny[u] = nz[u] = inf;
+            if (n < r_hi) {
+                const T* r = cloud + (int64_t)n * 3;
+                nx[u] = r[0];
+                ny[u] = r[1];
+                nz[u] = r[2];
+            }
+        };
+#pragma unroll
+        for (int u = 0; u < kSplitUnroll; ++u) load(u, r_lo + 32 * u);
         const int slot = m0 + lane;
         int m = slot;
         if (order != nullptr && slot < M) m = order[(int64_t)b * M + slot];
@@ -334,10 +354,6 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
         const bool finite = pcops_grid_finite3((double)qx, (double)qy, (double)qz);
         T lo[3], hi[3];
         split_box(active && finite, qx, qy, qz, radius2, lo, hi);
-        const int chunks = (int)(((unsigned)L_ref + 31u) >> 5);
-        const int per_warp = (int)(((unsigned)chunks + (unsigned)W - 1u) / (unsigned)W);
-        const int r_lo = warp * per_warp * 32;
-        const int r_hi = min(r_lo + per_warp * 32, L_ref);
         int cnt = 0;
         bool done = !active || !finite;  // a non-finite query is in range of nothing
         // Tests stage[0, 32) against this lane's query and appends the hits in index order.
@@ -371,21 +387,6 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
             done = done || cnt >= S;
         };
         if (r_lo < r_hi && !__all_sync(kFullMask, done)) {
-            // this lane's refs of the next kSplitUnroll chunks (+inf past the range: never
-            // kept), each loaded kSplitUnroll chunks ahead of its use
-            T nx[kSplitUnroll], ny[kSplitUnroll], nz[kSplitUnroll];
-            auto load = [&](int u, int c0) {
-                const int n = c0 + lane;
-                nx[u] = ny[u] = nz[u] = inf;
-                if (n < r_hi) {
-                    const T* r = cloud + (int64_t)n * 3;
-                    nx[u] = r[0];
-                    ny[u] = r[1];
-                    nz[u] = r[2];
-                }
-            };
-#pragma unroll
-            for (int u = 0; u < kSplitUnroll; ++u) load(u, r_lo + 32 * u);
             int staged = 0;  // warp-uniform: refs waiting in stage[0, staged)
             bool finished = false;
             for (int c0 = r_lo; c0 < r_hi && !finished; c0 += 32 * kSplitUnroll) {

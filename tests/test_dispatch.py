@@ -9,7 +9,8 @@ when no gradient can flow. These tests check, for each wrapper, that
   * the Python autograd kernel (torch/_library/autograd.py, autograd_impl) is entered only on
     the grad path: sys.setprofile records the Python functions a call enters, and the grad path
     must show it (so the check can fail);
-  * FPS never enters it: its Autograd key falls through in C++.
+  * FPS never enters it: its Autograd key falls through in C++ (as ball_query's, whose outputs
+    are indices and counts).
 """
 import sys
 
@@ -156,3 +157,19 @@ def test_profile_hook_sees_the_kernel():
     x = torch.rand(1, 10, 3, requires_grad=True)
     _, entered = entered_autograd_kernel(lambda: torch.ops.pcops.knn.default(x, x, 2))
     assert entered
+
+
+def test_ball_query_autograd_falls_through(device, gen):
+    """ball_query's outputs are not differentiable: its Autograd key is a fallthrough (no autograd
+    fallback kernel on the call), inputs with grad are accepted, the outputs do not require grad
+    and hold the same bits."""
+    is_fallthrough = torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough
+    assert is_fallthrough("pcops::ball_query", "Autograd")
+    assert not is_fallthrough("pcops::ball_query_dist2", "Autograd")  # its backward, in Python
+    ref, query = rand_points(2, 200, gen).to(device), rand_points(2, 30, gen).to(device)
+    idx, count = pcops.ball_query(query, ref, 0.3, 8, return_count=True)
+    rg, qg = ref.clone().requires_grad_(True), query.clone().requires_grad_(True)
+    idx2, count2 = pcops.ball_query(qg, rg, 0.3, 8, return_count=True)
+    assert not idx2.requires_grad and not count2.requires_grad
+    assert_equal(idx2, idx, what="ball_query idx with inputs that require grad")
+    assert_equal(count2, count, what="ball_query count with inputs that require grad")
