@@ -54,6 +54,10 @@
 
 namespace {
 
+using pcops_grid_cuda::Point4;  // x, y, z and the point's index in w:
+using pcops_grid_cuda::index_as;  // the index into w
+using pcops_grid_cuda::point_id;  // and back
+
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;  // also the tile length in refs
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -194,11 +198,6 @@ constexpr size_t kSplitSmemBytes = 48 * 1024;  // no opt-in to more dynamic shar
 constexpr int kSplitStage = 64;          // refs staged per warp: 32 tested, up to 31 waiting
 constexpr int kSplitUnroll = 4;          // chunks a warp loads per step (and ahead)
 
-template <typename T>
-struct alignas(4 * sizeof(T)) SplitRef {
-    T x, y, z, w;  // w: the ref's index (its bits in a float, its value in a double)
-};
-
 // Odd row stride of a (warp, query) list: the lanes of a warp append at different rows without
 // bank conflicts.
 __host__ __device__ __forceinline__ int split_list_stride(int64_t S) { return (int)(S | 1); }
@@ -207,7 +206,7 @@ __host__ __device__ __forceinline__ int split_list_stride(int64_t S) { return (i
 // lists and counts; per block the 32 merged rows.
 template <typename T>
 __host__ __device__ __forceinline__ size_t split_smem_bytes(int warps, int64_t S) {
-    const size_t per_warp = kSplitStage * sizeof(SplitRef<T>) +
+    const size_t per_warp = kSplitStage * sizeof(Point4<T>) +
                             32 * sizeof(int32_t) * (split_list_stride(S) + 1);
     return (size_t)warps * per_warp + 32 * sizeof(int32_t) * (size_t)split_list_stride(S);
 }
@@ -230,15 +229,6 @@ __host__ __device__ __forceinline__ bool split_fits(int64_t B, int64_t M, int64_
     return S >= 1 && S <= kSplitMaxS && M <= INT_MAX - 31 && N <= INT_MAX - 1024 &&
            B * ((M + 31) / 32) <= INT_MAX;
 }
-
-template <typename T>
-__device__ __forceinline__ T split_index_as(int i);
-template <>
-__device__ __forceinline__ float split_index_as<float>(int i) { return __int_as_float(i); }
-template <>
-__device__ __forceinline__ double split_index_as<double>(int i) { return (double)i; }
-__device__ __forceinline__ int split_index_of(float w) { return __float_as_int(w); }
-__device__ __forceinline__ int split_index_of(double w) { return (int)w; }
 
 // A float as an int in the same order (min / max by integer reductions), and back.
 __device__ __forceinline__ int order_int(float f) {
@@ -302,9 +292,9 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
     const int warp = threadIdx.x >> 5;
     const unsigned lower_lanes = (1u << lane) - 1u;
     const int stride = split_list_stride(S);
-    SplitRef<T>* stage = reinterpret_cast<SplitRef<T>*>(split_smem) + warp * kSplitStage;
+    Point4<T>* stage = reinterpret_cast<Point4<T>*>(split_smem) + warp * kSplitStage;
     int32_t* lists =
-        reinterpret_cast<int32_t*>(split_smem + (size_t)W * kSplitStage * sizeof(SplitRef<T>));
+        reinterpret_cast<int32_t*>(split_smem + (size_t)W * kSplitStage * sizeof(Point4<T>));
     int32_t* merged = lists + W * 32 * stride;  // [32][stride]: the queries' result rows
     int32_t* counts = merged + 32 * stride;
     int32_t* my_list = lists + (warp * 32 + lane) * stride;
@@ -366,7 +356,7 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                 const unsigned r2bits = __float_as_uint(radius2);
 #pragma unroll
                 for (int j = 0; j < 32; ++j) {
-                    const SplitRef<T> p = stage[j];
+                    const Point4<T> p = stage[j];
                     const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
                     mask = __funnelshift_l(__float_as_uint(d) - r2bits, mask, 1);
                 }
@@ -374,14 +364,14 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
             } else {
 #pragma unroll
                 for (int j = 0; j < 32; ++j) {
-                    const SplitRef<T> p = stage[j];
+                    const Point4<T> p = stage[j];
                     const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
                     mask |= (d < radius2 ? 1u : 0u) << j;  // NaN is never a neighbour
                 }
             }
             if (done) mask = 0u;
             while (mask != 0u && cnt < S) {
-                my_list[cnt++] = split_index_of(stage[__ffs(mask) - 1].w);
+                my_list[cnt++] = point_id(stage[__ffs(mask) - 1]);
                 mask &= mask - 1u;
             }
             done = done || cnt >= S;
@@ -402,7 +392,7 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                     if (kept == 0u) continue;
                     if (keep)
                         stage[staged + __popc(kept & lower_lanes)] =
-                            SplitRef<T>{px, py, pz, split_index_as<T>(n)};
+                            Point4<T>{px, py, pz, index_as<T>(n)};
                     staged += __popc(kept);
                     if (staged >= 32) {
                         __syncwarp();
@@ -419,7 +409,7 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                 }
             }
             if (!finished && staged > 0) {  // the rest, padded with refs never in range
-                if (lane >= staged) stage[lane] = SplitRef<T>{inf, inf, inf, split_index_as<T>(0)};
+                if (lane >= staged) stage[lane] = Point4<T>{inf, inf, inf, index_as<T>(0)};
                 __syncwarp();
                 test_stage();
             }
@@ -644,8 +634,6 @@ cudaError_t launch_ball_query_split(const T* query, const T* ref, const int64_t*
 
 // ------------------------------------------------------------------------------------------
 // the grid path
-
-using pcops_grid_cuda::Point4;
 
 template <typename T>
 __device__ __forceinline__ T grid_dist2(T qx, T qy, T qz, const Point4<T>& r) {

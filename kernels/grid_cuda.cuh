@@ -431,6 +431,9 @@ template <>
 __device__ __forceinline__ float index_as<float>(int32_t i) { return __int_as_float(i); }
 template <>
 __device__ __forceinline__ double index_as<double>(int32_t i) { return (double)i; }
+// ... and back: the index stored in a Point4's w slot.
+__device__ __forceinline__ int point_id(const Point4<float>& r) { return __float_as_int(r.w); }
+__device__ __forceinline__ int point_id(const Point4<double>& r) { return (int)r.w; }
 
 // One thread per ref slot, then per query slot: the binned ref (coordinates and index) at its
 // sorted position, the query index at its sorted slot.

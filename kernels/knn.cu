@@ -97,9 +97,7 @@ __device__ __forceinline__ double squared_distance(double qx, double qy, double 
     return pcops_dist2_f64(qx, qy, qz, r.x, r.y, r.z);
 }
 
-// The ref index a grid build stored in a binned point's w slot (build_counting).
-__device__ __forceinline__ int point_id(const Point4<float>& r) { return __float_as_int(r.w); }
-__device__ __forceinline__ int point_id(const Point4<double>& r) { return (int)r.w; }
+using pcops_grid_cuda::point_id;  // the ref index a grid build stored in a binned point's w slot
 
 // The sorted list of one thread in registers: d[0] <= d[1] <= ... <= d[K-1], ties in index
 // order. The first K - k slots hold -inf and never move; d[K-1] is the k-th distance.
