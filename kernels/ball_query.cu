@@ -51,6 +51,7 @@
 #include "grid.h"
 #include "grid_cuda.cuh"
 #include "pcops.h"
+#include "warp.cuh"
 
 namespace {
 
@@ -272,8 +273,8 @@ __device__ __forceinline__ void split_box(bool use, T qx, T qy, T qz, T radius2,
     for (int j = 0; j < 3; ++j) {
         float a = INFINITY, b = -INFINITY;
         if (use) float_bounds(q[j], &a, &b);
-        const double mn = order_float(__reduce_min_sync(kFullMask, order_int(a)));
-        const double mx = order_float(__reduce_max_sync(kFullMask, order_int(b)));
+        const double mn = order_float(pcops_warp::min_i32(order_int(a)));
+        const double mx = order_float(pcops_warp::max_i32(order_int(b)));
         split_round_out(__dsub_rd(mn, rr), __dadd_ru(mx, rr), &lo[j], &hi[j]);
     }
 }
@@ -517,8 +518,8 @@ ball_query_order_kernel(const T* __restrict__ query, const int64_t* __restrict__
     int v[6];
 #pragma unroll
     for (int j = 0; j < 3; ++j) {
-        v[j] = __reduce_min_sync(kFullMask, order_int(lo[j]));
-        v[j + 3] = __reduce_max_sync(kFullMask, order_int(hi[j]));
+        v[j] = pcops_warp::min_i32(order_int(lo[j]));
+        v[j + 3] = pcops_warp::max_i32(order_int(hi[j]));
     }
     __syncthreads();  // the counts and the box are initialised
     if ((tid & 31) == 0) {
