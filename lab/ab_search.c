@@ -10,7 +10,8 @@
  * Give the same library twice under two names (two files: a copy) and their difference is the
  * noise floor of the method. The C API of the searches (pcops_knn_cuda_plan_make / _run,
  * pcops_ball_query_cuda_plan_make / _run and their plan structs) must be the same in every
- * build: it is, from 03c74c5 on.
+ * build: it is, for kNN from 03c74c5 on, for the ball query from 807e8be on (its plan gained
+ * order_bits there).
  *
  * Rows: the peer benchmark's kNN and ball-query sizes (../shared/peerbench/bench.py: K1-K5, K8,
  * Q1, Q2; float32, uniform points in [0, 1)^3, lengths absent, the AUTO variant) and two
@@ -148,6 +149,12 @@ static const char* variant_name(pcops_search_variant v) {
         case PCOPS_SEARCH_BRUTE: return "brute";
         case PCOPS_SEARCH_BRUTE_HEAP: return "brute-heap";
         case PCOPS_SEARCH_GRID: return "grid";
+        case PCOPS_SEARCH_GRID_BASELINE: return "grid-baseline";
+        case PCOPS_SEARCH_WARP_SELECT: return "warp-select";
+        case PCOPS_SEARCH_GRID_SELECT: return "grid-select";
+        case PCOPS_SEARCH_BRUTE_SPLIT: return "split";
+        case PCOPS_SEARCH_GRID_BATCH: return "grid-batch";
+        case PCOPS_SEARCH_SPLIT_SORTED: return "split-sorted";
         default: return "?";
     }
 }
