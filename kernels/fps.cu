@@ -10,9 +10,10 @@
  *
  * A step is the same everywhere: every thread lowers the temps of the points it owns with the
  * distance to the newest sample and keeps its farthest (temp, index) -- fps_visit, the only
- * place the update and the arg-max are written -- and then the candidates are reduced over
- * the threads that share the cloud. The paths differ in who shares a cloud and where the
- * points live (top to bottom in this file):
+ * place the update and the arg-max are written, and RegisterPoints::step_key, the same for
+ * float WARP and BLOCK on temp keys (group_farthest_keys) -- and then the candidates are
+ * reduced over the threads that share the cloud. The paths differ in who shares a cloud and
+ * where the points live (top to bottom in this file):
  *
  *   SIMPLE   one block per cloud, temp in the workspace, coordinates from xyz (any N; the
  *            reference path).
@@ -151,6 +152,29 @@ struct RegisterPoints {
         }
         return best;
     }
+
+    // float: step() with this thread's farthest as a temp key (the temp's bits as an int32, see
+    // group_farthest_keys: the largest key, ties to the lowest slot, i.e. the lowest index); the
+    // largest key by a tree and its index by a select of its own, so that only the tree is on
+    // the way to the warp's reduction.
+    __device__ __forceinline__ void step_key(int cur, T cx, T cy, T cz, int& key, int& index) {
+        static_assert(sizeof(T) == 4, "int keys of float temps");
+        int k[PPT], m[PPT];
+#pragma unroll
+        for (int p = 0; p < PPT; ++p) {
+            if (first + p * stride == cur) temp[p] = T(-1);
+            temp[p] = fmin(fps_dist2(x[p], y[p], z[p], cx, cy, cz), temp[p]);  // as fps_visit
+            k[p] = m[p] = __float_as_int(temp[p]);
+        }
+#pragma unroll
+        for (int h = PPT / 2; h >= 1; h /= 2)
+#pragma unroll
+            for (int p = 0; p < h; ++p) m[p] = max(m[p], m[p + h]);
+        key = m[0];
+        index = first + (PPT - 1) * stride;
+#pragma unroll
+        for (int p = PPT - 2; p >= 0; --p) index = k[p] == key ? first + p * stride : index;
+    }
 };
 
 // Temps in the workspace, coordinates read from xyz (L2-resident for clouds up to millions of
@@ -262,6 +286,117 @@ __device__ __forceinline__ Candidate<T> group_farthest(Candidate<T> c, Candidate
     return warp_farthest(c);
 }
 
+// Shared memory by its 32-bit address in the shared window. A step of the group kernel that
+// indexed its slots through a generic pointer re-derived the window's base (S2R SR_CgaCtaId, on
+// sm_90) inside the loop, after the warp's reduction and before the slot's store: ~40 cycles on
+// the step's chain. The addresses below are computed once, before the loop.
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void st_shared(uint32_t a, Candidate<float> c) {
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(a), "r"(__float_as_uint(c.value)),
+                 "r"(c.index)
+                 : "memory");
+}
+__device__ __forceinline__ void st_shared(uint32_t a, Candidate<double> c) {
+    asm volatile("st.shared.f64 [%0], %1;\n\tst.shared.b32 [%0+8], %2;" ::"r"(a), "d"(c.value),
+                 "r"(c.index)
+                 : "memory");
+}
+__device__ __forceinline__ void ld_shared(uint32_t a, Candidate<float>& c) {
+    uint32_t v;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v), "=r"(c.index) : "r"(a) : "memory");
+    c.value = __uint_as_float(v);
+}
+__device__ __forceinline__ void ld_shared(uint32_t a, Candidate<double>& c) {
+    asm volatile("ld.shared.f64 %0, [%2];\n\tld.shared.b32 %1, [%2+8];"
+                 : "=d"(c.value), "=r"(c.index)
+                 : "r"(a)
+                 : "memory");
+}
+
+// group_farthest with the slots by address: this warp's slot of the step at `write_at`, the
+// slot lane `lane` reads at `read_at` (when `reads`: lane < warps).
+template <typename T>
+__device__ __forceinline__ Candidate<T> group_farthest_at(Candidate<T> c, uint32_t write_at,
+                                                          uint32_t read_at, bool reads,
+                                                          int warps, int barrier_id) {
+    c = warp_farthest(c);
+    if (warps == 1) return c;
+    if ((threadIdx.x & 31) == 0) st_shared(write_at, c);
+    named_barrier(barrier_id, warps * 32);
+    c = no_candidate<T>();
+    if (reads) ld_shared(read_at, c);
+    return warp_farthest(c);
+}
+
+// The step's reduction of float clouds in registers (WARP, BLOCK) on temp keys: a float temp's
+// bits as an int32. A non-negative temp (a sum of squares, +inf) orders as its bits; the
+// negative ones (-1 chosen, -inf padding) are below all of those (their order among themselves
+// is not the floats', and never decides a step: while samples remain, the cloud has an unchosen
+// valid point, temp >= 0). So the largest key, ties to the lowest index, is farther()'s winner,
+// and a key needs no conversion either way (warp_farthest's order-preserving map costs three
+// dependent instructions before each redux and two after). A warp reduces by two redux (the
+// largest key, then the lowest index that holds it); with several warps lane 0 stores (key,
+// index) to the warp's slot (a predicated store), one barrier, and lane q < warps reads slot q
+// for two redux again. Slots: [parity][warps] of (key, index), as the candidates of
+// group_farthest_at. (Every thread reading all slots into a tree of maxima and minima instead
+// of the second pair of redux measured slower at 8 warps: F1's kernel 147 us against 132.)
+__device__ __forceinline__ Candidate<float> group_farthest_keys(int key, int index,
+                                                                uint32_t write_at,
+                                                                uint32_t read_at, bool reads,
+                                                                int warps, int barrier_id) {
+    const int top = pcops_warp::max_i32(key);
+    const uint32_t id = pcops_warp::min_u32(key == top ? (uint32_t)index : 0xffffffffu);
+    if (warps == 1) return {__int_as_float(top), (int)id};
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0;\n\t"
+                 "@p st.shared.v2.b32 [%1], {%2, %3};\n\t}" ::"r"(threadIdx.x & 31),
+                 "r"(write_at), "r"(top), "r"(id)
+                 : "memory");  // lane 0, predicated (no branch on the chain)
+    named_barrier(barrier_id, warps * 32);
+    int kq = INT_MIN;
+    uint32_t iq = 0xffffffffu;
+    if (reads)
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
+                     : "=r"(kq), "=r"(iq)
+                     : "r"(read_at)
+                     : "memory");
+    const int top2 = pcops_warp::max_i32(kq);
+    const uint32_t id2 = pcops_warp::min_u32(kq == top2 ? iq : 0xffffffffu);
+    return {__int_as_float(top2), (int)id2};
+}
+
+// The step's sample into row j by one thread (`on`), as predicated stores: a branch around
+// them put a convergence barrier and a branch on every step's chain.
+__device__ __forceinline__ void store_sample(bool on, int64_t* idx, float* dist2,
+                                             Candidate<float> c) {
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t@p st.s64 [%1], %2;\n\t"
+                 "@p st.f32 [%3], %4;\n\t}" ::"r"((unsigned)on), "l"(idx), "l"((int64_t)c.index),
+                 "l"(dist2), "f"(c.value)
+                 : "memory");
+}
+__device__ __forceinline__ void store_sample(bool on, int64_t* idx, double* dist2,
+                                             Candidate<double> c) {
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %0, 0;\n\t@p st.s64 [%1], %2;\n\t"
+                 "@p st.f64 [%3], %4;\n\t}" ::"r"((unsigned)on), "l"(idx), "l"((int64_t)c.index),
+                 "l"(dist2), "d"(c.value)
+                 : "memory");
+}
+
+// Point n of a cloud by one 32 x 32 -> 64-bit multiply-add for its address (the index as a
+// 64-bit count of scalars took three dependent instructions before the loads).
+template <typename T>
+struct PointXyz {
+    T v[3];
+};
+template <typename T>
+__device__ __forceinline__ void load_point_at(const T* cloud, int n, T& x, T& y, T& z) {
+    const PointXyz<T>* p = reinterpret_cast<const PointXyz<T>*>(cloud) + n;
+    x = __ldg(&p->v[0]);
+    y = __ldg(&p->v[1]);
+    z = __ldg(&p->v[2]);
+}
+
 template <typename T>
 __device__ __forceinline__ void load_point(const T* cloud, int n, T& x, T& y, T& z) {
     x = __ldg(cloud + 3 * (int64_t)n + 0);
@@ -297,24 +432,30 @@ struct CloudRow {
 // ------------------------------------------------------------------------------------------
 // SIMPLE, WARP and BLOCK: `warps` warps per cloud, `clouds` clouds per block (<= 15: cloud g
 // of the block syncs on named barrier 1 + g). Dynamic shared memory: the slots,
-// clouds * 2 * warps candidates.
+// clouds * 2 * warps candidates. kKeys (float in registers: WARP and BLOCK) reduces on temp
+// keys (group_farthest_keys); SIMPLE and double clouds by warp_farthest's (temp, index) pairs.
+// A step is one chain of latencies (the sample's coordinates, the update, two redux, the
+// barrier, two redux): its slots are addressed by 32-bit shared-window addresses computed before
+// the loop, row j is written by predicated stores, and the sample's address is one multiply-add
+// (stop 27, H100, F1's kernel: 158 us -> 144 with those, -> 132 with the keys).
 
-template <typename T, class Points>
+template <typename T, class Points, bool kKeys = false>
 __global__ void __launch_bounds__(max_threads<Points, T>())
 fps_group_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
                  const int64_t* __restrict__ start, int64_t B, int64_t N, int64_t npoint,
                  T* __restrict__ workspace, int64_t* __restrict__ idx, T* __restrict__ dist2,
                  int warps, int clouds) {
+    static_assert(!kKeys || (sizeof(T) == 4 && Points::kPerThread > 0), "float registers");
     extern __shared__ __align__(16) unsigned char fps_smem[];
-    const int warp = threadIdx.x >> 5;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int group = warp / warps, w = warp % warps;
     const int rank = threadIdx.x - group * warps * 32;  // thread rank inside the cloud's group
     const int64_t b = (int64_t)blockIdx.x * clouds + group;
     if (group >= clouds || b >= B) return;  // whole groups leave: their barrier is their own
-    Candidate<T>* slots = reinterpret_cast<Candidate<T>*>(fps_smem) + group * 2 * warps;
     const CloudRow<T> row(xyz, lengths, b, N, npoint, idx, dist2);
     pad_row(row.idx, row.dist2, row.n_out, npoint, rank, warps * 32);
     if (row.n_out == 0) return;
+    const int n_out = (int)row.n_out;  // <= N <= INT_MAX (the plan)
 
     Points pts;
     pts.load(row.cloud, workspace ? workspace + b * N : nullptr, rank, row.L, warps * 32);
@@ -323,15 +464,28 @@ fps_group_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
         row.idx[0] = cur;
         row.dist2[0] = T(0);
     }
-    for (int64_t j = 1; j < row.n_out; ++j) {
+    // The step's slots: this warp's (write) and this lane's (read) of parity 0; parity 1 is
+    // `half` bytes on.
+    constexpr uint32_t kSlot = sizeof(Candidate<T>);  // also a (key, index) pair for kKeys
+    const uint32_t slots = shared_address(fps_smem) + (uint32_t)(group * 2 * warps) * kSlot;
+    const uint32_t write0 = slots + (uint32_t)w * kSlot, read0 = slots + (uint32_t)lane * kSlot;
+    const uint32_t half = (uint32_t)warps * kSlot;
+    const bool reads = lane < warps;
+    for (int j = 1; j < n_out; ++j) {
         T cx, cy, cz;
-        load_point(row.cloud, cur, cx, cy, cz);
-        Candidate<T> c = pts.step(cur, cx, cy, cz);
-        c = group_farthest(c, slots, (int)(j & 1), warps, w, 1 + group);
-        if (rank == 0) {
-            row.idx[j] = c.index;
-            row.dist2[j] = c.value;
+        load_point_at(row.cloud, cur, cx, cy, cz);
+        const uint32_t flip = (j & 1) ? half : 0u;
+        Candidate<T> c;
+        if constexpr (kKeys) {
+            int key, index;
+            pts.step_key(cur, cx, cy, cz, key, index);
+            c = group_farthest_keys(key, index, write0 + flip, read0 + flip, reads, warps,
+                                    1 + group);
+        } else {
+            c = pts.step(cur, cx, cy, cz);
+            c = group_farthest_at(c, write0 + flip, read0 + flip, reads, warps, 1 + group);
         }
+        store_sample(rank == 0, row.idx + j, row.dist2 + j, c);
         cur = c.index;
     }
 }
@@ -2264,9 +2418,15 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
             case PCOPS_FPS_BLOCK: {
                 const size_t smem =
                     (size_t)p->clouds_per_block * 2 * p->warps_per_cloud * sizeof(Candidate<T>);
-                fps_group_kernel<T, Points><<<(unsigned)p->blocks, p->threads, smem, stream>>>(
-                    xyz, lengths, start, B, N, npoint, temp, idx, dist2, p->warps_per_cloud,
-                    p->clouds_per_block);
+                if constexpr (sizeof(T) == 4 && Points::kPerThread > 0)
+                    fps_group_kernel<T, Points, true>
+                        <<<(unsigned)p->blocks, p->threads, smem, stream>>>(
+                            xyz, lengths, start, B, N, npoint, temp, idx, dist2,
+                            p->warps_per_cloud, p->clouds_per_block);
+                else
+                    fps_group_kernel<T, Points><<<(unsigned)p->blocks, p->threads, smem, stream>>>(
+                        xyz, lengths, start, B, N, npoint, temp, idx, dist2, p->warps_per_cloud,
+                        p->clouds_per_block);
                 return cudaGetLastError();
             }
             case PCOPS_FPS_CLUSTER: {

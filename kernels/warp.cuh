@@ -27,6 +27,15 @@ __device__ __forceinline__ uint32_t max_u32(uint32_t v) {
 #endif
 }
 
+__device__ __forceinline__ uint32_t min_u32(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_min_sync(0xffffffffu, v);
+#else
+    for (int off = 16; off > 0; off /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+#endif
+}
+
 __device__ __forceinline__ int32_t min_i32(int32_t v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     return __reduce_min_sync(0xffffffffu, v);
