@@ -1371,7 +1371,8 @@ cudaError_t launch_grid(const pcops_knn_cuda_plan& plan, const T* query, const T
     // the one-block build lays the cell starts out with a stride of cells + 1 (grid_cuda.cuh)
     const int64_t stride = plan.small_build ? plan.cells + 1 : plan.cells;
     pcops_grid_cuda::CountScratch<T> s;
-    pcops_grid_cuda::carve_counting<T>(workspace, plan.B, plan.N, plan.M, stride, &s);
+    pcops_grid_cuda::carve_counting<T>(workspace, plan.B, plan.N, plan.M, stride, &s,
+                                       !plan.small_build);
     cudaError_t err =
         plan.small_build
             ? pcops_grid_cuda::build_small<T>(ref, ref_lengths, query, query_lengths, plan.B,
@@ -1525,8 +1526,10 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
         const int64_t stride = plan->small_build ? plan->cells + 1 : plan->cells;
         plan->workspace_bytes =
             dtype == PCOPS_FLOAT32
-                ? pcops_grid_cuda::carve_counting<float>(nullptr, B, N, M, stride, nullptr)
-                : pcops_grid_cuda::carve_counting<double>(nullptr, B, N, M, stride, nullptr);
+                ? pcops_grid_cuda::carve_counting<float>(nullptr, B, N, M, stride, nullptr,
+                                                         !plan->small_build)
+                : pcops_grid_cuda::carve_counting<double>(nullptr, B, N, M, stride, nullptr,
+                                                          !plan->small_build);
     } else if (variant == PCOPS_SEARCH_BRUTE) {
         plan->splits = choose_splits(B, M, N, K, info.sms);
         if (plan->splits > 1)
