@@ -1,15 +1,16 @@
 // circle_nms.cpp -- bindings of circle_nms and circle_nms_mask: checks, allocation, dispatch to
 // kernels/circle_nms.* (which also compute the visiting order from the scores).
 //
-// Per CUDA call: circle_nms allocates keep_idx (N int64), launches (one kernel for N <= 4096)
-// whose count goes straight into a pinned, device-mapped host slot, and waits for that count
-// (its one host synchronisation: the output size depends on the data; no copy is queued after
-// the kernel). The kernel writes the count before its outputs, and the host polls the slot, so
-// the call returns while the kernel finishes keep_idx (stream order covers every later use);
-// past kPollUs it falls back to cudaStreamSynchronize (long kernels: the runtime's own wait).
-// circle_nms_mask allocates keep_mask and launches, nothing else. The grid path (N > 4096)
-// adds one workspace allocation. N = 0 launches nothing. Half inputs are upcast first (exact:
-// same order, same ties).
+// Per CUDA call: circle_nms allocates keep_idx (N int64), launches one kernel (N <= 4096: the
+// pair-tile path's cooperative kernel for 512 to 2048 boxes, else the single-block v2) whose
+// count goes straight into a pinned, device-mapped host slot, and waits for that count (its one
+// host synchronisation: the output size depends on the data; no copy is queued after the
+// kernel). The kernel writes the count before its outputs, and the host polls the slot, so the
+// call returns while the kernel finishes keep_idx (stream order covers every later use); past
+// kPollUs it falls back to cudaStreamSynchronize (long kernels: the runtime's own wait).
+// circle_nms_mask allocates keep_mask and launches, nothing else. The pair-tile path (512 to
+// 2048 boxes) and the grid path (N > 4096) add one workspace allocation. N = 0 launches nothing. Half
+// inputs are upcast first (exact: same order, same ties).
 //
 // Autograd: the outputs are int64 / bool, so nothing is differentiable; a fallthrough for the
 // Autograd key keeps the call in C++ (inputs that require grad are accepted, the outputs come
@@ -132,18 +133,20 @@ void launch_cuda(const char* op, const NmsInputs& c, int64_t variant, bool* keep
                       ": argument 'centers' must hold at most ", PCOPS_CIRCLE_NMS_CUDA_MAX,
                       " boxes on CUDA (the suppression mask takes N**2/8 bytes), got ",
                       describe(c.centers));
-    TORCH_CHECK_VALUE(variant >= 0 && variant <= 4 &&
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= 5 &&
                           ((variant != 1 && variant != 4) ||
-                           c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX),
+                           c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX) &&
+                          (variant != 5 || c.N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX),
                       "pcops.", op, ": argument 'variant' must be 0 (by size), 1 (single "
                       "block, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX, "), 2 (bitmask), 3 "
-                      "(grid) or 4 (single block v2, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX,
-                      "), got ", variant, " for N = ", c.N);
+                      "(grid), 4 (single block v2, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX,
+                      ") or 5 (pair tiles, N <= ", PCOPS_CIRCLE_NMS_CUDA_TILE_MAX, "), got ",
+                      variant, " for N = ", c.N);
     const pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
     const pcops_dtype score_dtype = to_pcops_dtype(c.scores.scalar_type());
     const size_t bytes =
         pcops_circle_nms_cuda_workspace_bytes(dtype, score_dtype, c.N, (int)variant);
-    at::Tensor workspace;  // the bitmask path only
+    at::Tensor workspace;  // the pair-tile, bitmask and grid paths
     if (bytes > 0) workspace = at::empty({(int64_t)bytes}, c.centers.options().dtype(at::kByte));
     check_cuda(op, pcops_circle_nms_cuda_variant(
                        dtype, c.centers.data_ptr(), c.D, score_dtype, c.scores.data_ptr(),

@@ -10,9 +10,10 @@
  * (earlier) of its group when pcops_dist2_xy (geometry.h: dx*dx + dy*dy, every operation
  * rounded on its own) < (T)radius2. CPU and CUDA therefore keep exactly the same boxes.
  *
- * Four paths; the launch plan (nms_plan, from N alone) takes 4 up to kBlockMaxBoxes boxes and 3
- * above; tests and benchmarks force any of them through `variant` (pcops.h). Path 4, the block
- * path v2, is described in its section below (what it changes in path 1 and why).
+ * Five paths; the launch plan (nms_plan, from N alone) takes 5 from kTileMinBoxes to
+ * kTileMaxBoxes boxes, 4 otherwise up to kBlockMaxBoxes, and 3 above; tests and benchmarks force
+ * any of them through `variant` (pcops.h). Path 4, the block path v2, and path 5, the pair-tile
+ * path, are described in their sections below (what they change and why).
  *
  * 1. Block path, N <= kBlockMaxBoxes: ONE launch of ONE thread block (nms_block_kernel),
  *    everything in shared memory, no workspace:
@@ -68,17 +69,21 @@
  * Workspaces are carved with geometry.h's one alignment (mask_layout, grid_layout); the block
  * kernel's shared memory is carved by block_smem (16-byte pieces), on the host for its size.
  */
+#include <cooperative_groups.h>
 #include <cub/device/device_radix_sort.cuh>
 
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "circle_nms.h"
 #include "geometry.h"
 #include "pcops.h"
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 // OR of v over the warp, in every lane: one redux on sm_80+, five shuffles before.
 __device__ __forceinline__ uint32_t warp_or(uint32_t v) {
@@ -114,7 +119,8 @@ __device__ __forceinline__ uint64_t ballot64(bool a, bool b) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Rounds: the greedy decided in parallel (the block path v2 in list mode and the grid path).
+// Rounds: the greedy decided in parallel (the grid path; the block path v2 in list mode, and the
+// pair-tile path after it, apply the same rule as a dataflow without rounds: v2_decide_dataflow).
 //
 // Box p is kept iff none of its preds (earlier positions of its group within the radius) is
 // kept. That is a rule on facts: p is removed as soon as one pred is known kept, kept as soon
@@ -597,10 +603,11 @@ nms_block_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
 //      earlier-block neighbours ("preds": positions q before p's row block, within the radius,
 //      same group) appended as (q, p % 64) to its row block's list, each row block owning an
 //      equal share of what is left of shared memory;
-//   d. list mode: rounds (see "Rounds"), a warp per row block, the far preds from the
-//      block's list; then warp 0 resolves the row blocks still undecided in order (its lanes
-//      OR the rows whose pred was kept out of the list, then the in-order greedy from the
-//      inpred words). Push mode (a list outgrew its share: dense scenes): the scan of
+//   d. list mode: the rule of "Rounds" as a dataflow (v2_decide_dataflow): a warp per row
+//      block, the far preds from the block's list read as the earlier row blocks publish their
+//      states, the in-order greedy from the inpred words once no row waits on a far pred; no
+//      block barrier (the barrier rounds it replaced: 8.7k -> 8.2k cycles at N = 1000, 20.9k ->
+//      17.3k at 4096). Push mode (a list outgrew its share: dense scenes): the scan of
 //      nms_block_kernel, kept rows with a far neighbour setting removed bits, two barriers per
 //      row block; its work is bounded by the kept boxes' neighbourhoods.
 //   e. keep_idx is written after the scan by all threads (a prefix of the kept counts of the
@@ -853,55 +860,56 @@ __device__ __forceinline__ void v2_for_each_near(const V2Smem<T>& sm, const Bloc
 }
 
 // Phase clock of the v2 kernel for the lab (build with -DPCOPS_NMS_PHASES: thread 0 prints the
-// cycles of each phase); nothing otherwise.
+// cycles of each phase, kept in V2Shared::clock); nothing otherwise.
 #ifdef PCOPS_NMS_PHASES
-#define NMS_PHASE(i) (tid == 0 ? (void)(phase_clock[i] = clock64()) : (void)0)
+#define NMS_PHASE(i) (threadIdx.x == 0 ? (void)(sh.clock[i] = clock64()) : (void)0)
 #else
 #define NMS_PHASE(i) ((void)0)
 #endif
 
-// One block of blockDim.x threads (a multiple of 32, at most 1024), its dynamic shared memory
-// carved as `layout` (v2_smem with base NULL, for N, P, max_cells and whether groups are given);
-// N in [1, kBlockMaxBoxes]; the sort: P items, E = items_per_thread (1, 2 or 4) per thread,
-// P / E <= blockDim.x (v2_sort_scores).
+// The fixed shared memory of the v2 body (its kernel and the pair-tile kernel's block 0).
+struct V2Shared {
+    uint64_t kept[kBlockMaxBoxes / kBoxesPerWord];      // kept bits by row block
+    uint32_t removed[kBlockMaxBoxes / 32];              // push mode
+    uint32_t far[kBlockMaxBoxes / 32];                  // push mode: a bit per position
+    Box2 box[32];
+    BlockGrid grid;
+    uint32_t warp[33];
+    int before[kBlockMaxBoxes / kBoxesPerWord];         // kept boxes before a row block
+    uint32_t fill[kBlockMaxBoxes / kBoxesPerWord];      // pred entries by row block
+    uint32_t overflow;   // a row block has more pred entries than its share
+    uint32_t nonfinite;  // non-finite centres placed in by_cell so far
+    ulonglong2 state[2][kBlockMaxBoxes / kBoxesPerWord];  // rounds: kept, removed
+    int round[2][2][32];  // rounds: per warp, rows decided and blocks left open
+    int64_t count;
+#ifdef PCOPS_NMS_PHASES
+    long long clock[8];
+#endif
+};
+
+// Phases a-d of the v2 body (see above): the visiting order, the grid, the counting sort into
+// it, the in-block pred words and the far-pred lists. Returns whether the lists fit (list
+// mode); the grid is left in sh.grid. Called by every thread of the block.
 template <typename T, typename S>
-__global__ void __launch_bounds__(kBlockMaxThreads, 1)
-nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__ scores,
-                    const int64_t* __restrict__ groups, int N, int P, int items_per_thread,
-                    int max_cells, V2Smem<T> layout, T r2, double cell_min,
-                    bool* __restrict__ keep_mask,
-                    int64_t* __restrict__ keep_idx, int64_t* __restrict__ num_kept) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ uint64_t s_kept[kBlockMaxBoxes / kBoxesPerWord];      // kept bits by row block
-    __shared__ uint32_t s_removed[kBlockMaxBoxes / 32];               // push mode
-    __shared__ uint32_t s_far[kBlockMaxBoxes / 32];  // push mode: a bit per position
-    __shared__ Box2 s_box[32];
-    __shared__ BlockGrid s_grid;
-    __shared__ uint32_t s_warp[33];
-    __shared__ int s_before[kBlockMaxBoxes / kBoxesPerWord];  // kept boxes before a row block
-    __shared__ uint32_t s_fill[kBlockMaxBoxes / kBoxesPerWord];  // pred entries by row block
-    __shared__ uint32_t s_overflow;  // a row block has more pred entries than its share
-    __shared__ uint32_t s_nonfinite;  // non-finite centres placed in by_cell so far
-    __shared__ ulonglong2 s_state[2][kBlockMaxBoxes / kBoxesPerWord];  // rounds: kept, removed
-    __shared__ int s_round[2][2][32];  // rounds: per warp, rows decided and blocks left open
-    __shared__ int64_t s_count;
+__device__ __forceinline__ bool v2_prepare(V2Shared& sh, const V2Smem<T>& sm,
+                                           const T* __restrict__ centers, int64_t D,
+                                           const S* __restrict__ scores,
+                                           const int64_t* __restrict__ groups, int N, int P,
+                                           int items_per_thread, int max_cells, T r2,
+                                           double cell_min) {
     const int tid = threadIdx.x, nthreads = blockDim.x;
     const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
-    const V2Smem<T> sm = layout.placed(smem);
-#ifdef PCOPS_NMS_PHASES
-    long long phase_clock[8] = {0};
-#endif
     NMS_PHASE(0);
 
     // a. the visiting order
     for (int w = tid; w < kBlockMaxBoxes / 32; w += nthreads) {
-        s_removed[w] = 0;
-        s_far[w] = 0;
+        sh.removed[w] = 0;
+        sh.far[w] = 0;
     }
-    if (tid < kBlockMaxBoxes / kBoxesPerWord) s_fill[tid] = 0;
+    if (tid < kBlockMaxBoxes / kBoxesPerWord) sh.fill[tid] = 0;
     if (tid == 0) {
-        s_overflow = 0;
-        s_nonfinite = 0;
+        sh.overflow = 0;
+        sh.nonfinite = 0;
     }
     // the cell counts, zeroed while the loads below are in flight (the sort, which reuses this
     // memory, zeroes them again)
@@ -939,7 +947,7 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
         }
     }
     box.warp_reduce_of<T>();
-    if ((tid & 31) == 0) s_box[tid >> 5] = box;
+    if ((tid & 31) == 0) sh.box[tid >> 5] = box;
     V2Item<S>* sort_buf = (V2Item<S>*)sm.sort_buf;
     if (__syncthreads_and(in_order)) {
         for (int p = tid; p < N; p += nthreads) sm.order[p] = (uint16_t)p;
@@ -980,7 +988,7 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
     // b. the grid over the bounding box
     __syncthreads();  // centres in visiting order, cell_end zero
     if (tid < 32) {
-        Box2 b = tid < nthreads / 32 ? s_box[tid] : Box2::empty();
+        Box2 b = tid < nthreads / 32 ? sh.box[tid] : Box2::empty();
         b.warp_reduce_of<T>();
         // cells no smaller than needed for max_cells (make_grid then grows them by 1.25x
         // steps from here; any cell of at least cell_min gives the same result)
@@ -988,10 +996,10 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
         const double area = (b.hi_x - b.lo_x) * (b.hi_y - b.lo_y);
         if (b.lo_x <= b.hi_x && !(area <= cmin * cmin * max_cells))
             cmin = sqrt(area / max_cells);  // inf when the area overflows: one cell
-        if (tid == 0) s_grid = make_grid(b.lo_x, b.lo_y, b.hi_x, b.hi_y, cmin, max_cells);
+        if (tid == 0) sh.grid = make_grid(b.lo_x, b.lo_y, b.hi_x, b.hi_y, cmin, max_cells);
     }
     __syncthreads();
-    const BlockGrid gr = s_grid;
+    const BlockGrid gr = sh.grid;
     NMS_PHASE(2);
 
     // c. counting sort of the positions by cell
@@ -1006,11 +1014,11 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
         sm.cell[p] = c;
     }
     __syncthreads();
-    const uint32_t finite = v2_block_scan(sm.cell_end, gr.gx * gr.gy, s_warp);  // cell starts
+    const uint32_t finite = v2_block_scan(sm.cell_end, gr.gx * gr.gy, sh.warp);  // cell starts
     for (int p = tid; p < N; p += nthreads) {
         const int c = sm.cell[p];
         const uint32_t s = c != kV2NoCell ? atomicAdd(&sm.cell_end[c], 1u)
-                                          : finite + atomicAdd(&s_nonfinite, 1u);
+                                          : finite + atomicAdd(&sh.nonfinite, 1u);
         sm.by_cell[s] = (uint16_t)p;  // the non-finite centres after every cell's run
     }
     __syncthreads();  // cell_end[c]: the end of cell c's run (and the start of c + 1's)
@@ -1019,7 +1027,7 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
     // d. in one pass over the 3x3 cells of every position p: inpred[p] and p's preds in earlier
     //    row blocks appended to the list of p's row block (entries q << 6 | (p % 64), in no
     //    fixed order: the scan only ORs them); a row block whose list outgrows its share of the
-    //    pool sets s_overflow, and the scan then pushes instead (computing far[] first). Only
+    //    pool sets sh.overflow, and the scan then pushes instead (computing far[] first). Only
     //    earlier positions count, so a later one is dropped before its distance. The positions
     //    are taken in cell order (by_cell): the lanes of a warp read the same few cells and
     //    loop about as long.
@@ -1038,11 +1046,11 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
             const V2Pair<T> cq = v2_xy(sm.xy, q);
             if (!(dist2_xy(cq.x, cq.y, xp, yp) < r2)) return;
             if (q < base) {
-                const uint32_t slot = atomicAdd(&s_fill[rb], 1u);
+                const uint32_t slot = atomicAdd(&sh.fill[rb], 1u);
                 if (slot < (uint32_t)block_cap)
                     list[slot] = ((uint32_t)q << 6) | (uint32_t)(p % kBoxesPerWord);
                 else
-                    atomicOr(&s_overflow, 1u);
+                    atomicOr(&sh.overflow, 1u);
             } else {
                 word |= uint64_t(1) << (q % kBoxesPerWord);
             }
@@ -1050,92 +1058,95 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
         sm.inpred[p] = word;
     }
     __syncthreads();
-    const bool list_mode = s_overflow == 0;
     NMS_PHASE(4);
+    return sh.overflow == 0;
+}
 
+// List mode's greedy as a dataflow: warp w takes row blocks w, w + nwarps, ... in turn, and
+// works on one until all its rows are decided, with no block barrier. Each pass gathers the
+// states of the far preds of its undecided rows from the row blocks that own them (read as they
+// are published: every published bit is a fact, kept or removed, so any mix of older and newer
+// states is true); once no undecided row waits on a far pred, the in-order pass decides the
+// rest of the row block (rounds_block_in_order) and the block is final; until then the rule
+// (rounds_block_steps) decides what it can, the states are published, and the warp polls
+// again. A row block waits only on earlier ones, and a warp finishes its row blocks in order,
+// so every row block ends (by induction on its index). Boxes in a line visited along it cost
+// one pass per row block after the one before is final. Called by every thread; one barrier
+// at the end; sh.kept holds the kept bits after it.
+template <typename T>
+__device__ __forceinline__ void v2_decide_dataflow(V2Shared& sh, const V2Smem<T>& sm, int N,
+                                                   int block_cap) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+    const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    // published states: st[2 rb] kept bits, st[2 rb + 1] removed bits (rows past N removed)
+    volatile unsigned long long* st = reinterpret_cast<volatile unsigned long long*>(sh.state[0]);
+    for (int rb = tid; rb < C; rb += blockDim.x) {
+        st[2 * rb] = 0;
+        st[2 * rb + 1] = rows_past_n((int64_t)rb * kBoxesPerWord, N);
+    }
+    __syncthreads();
+    // bits are only ever added: published by atomic ORs
+    auto publish = [&](int rb, uint64_t kept, uint64_t removed) {
+        atomicOr((unsigned long long*)&st[2 * rb], (unsigned long long)kept);
+        atomicOr((unsigned long long*)&st[2 * rb + 1], (unsigned long long)removed);
+    };
+    for (int rb = warp; rb < C; rb += nwarps) {
+        const int base = rb * kBoxesPerWord;
+        const uint64_t pa = base + lane < N ? sm.inpred[base + lane] : 0;
+        const uint64_t pb = base + 32 + lane < N ? sm.inpred[base + 32 + lane] : 0;
+        const uint32_t* list = sm.pool + (size_t)rb * block_cap;
+        const uint32_t n = sh.fill[rb];
+        uint64_t kept = 0, removed = rows_past_n(base, N);
+        for (;;) {
+            const uint64_t und = ~(kept | removed);
+            uint64_t hit = 0, wait = 0;
+            for (uint32_t j = lane; j < n; j += 32) {
+                const uint32_t entry = list[j];
+                const uint32_t q = entry >> 6, t = entry & 63;
+                if (!((und >> t) & 1)) continue;
+                const int qb = (int)(q / kBoxesPerWord), qt = (int)(q % kBoxesPerWord);
+                if ((st[2 * qb] >> qt) & 1)
+                    hit |= uint64_t(1) << t;
+                else if (!((st[2 * qb + 1] >> qt) & 1))
+                    wait |= uint64_t(1) << t;
+            }
+            hit = warp_or64(hit);
+            wait = warp_or64(wait);
+            removed |= und & hit;  // a kept far pred
+            if (!(und & ~hit & wait)) {  // no undecided row waits on a far pred: in order
+                removed = rounds_block_in_order(pa, pb, removed);
+                kept = ~removed;
+                break;
+            }
+            const uint64_t known = kept | removed;
+            rounds_block_steps(pa, pb, hit, wait, kept, removed, kRoundSteps);
+            if (lane == 0) publish(rb, kept, removed);
+            if ((kept | removed) == known) __nanosleep(64);  // waiting on earlier row blocks
+        }
+        if (lane == 0) publish(rb, kept, removed);
+    }
+    __syncthreads();
+    for (int rb = tid; rb < C; rb += blockDim.x) sh.kept[rb] = st[2 * rb];
+}
+
+// Phase e of the v2 body and the outputs: the greedy from the pred words and lists (list
+// mode: rounds, then the in-order pass) or the push scan (which needs the grid and cells of
+// v2_prepare), then keep_mask, keep_idx and num_kept. sm.order and sm.inpred are final, and
+// the lists too in list mode. Called by every thread of the block.
+template <typename T>
+__device__ __forceinline__ void v2_finish(V2Shared& sh, const V2Smem<T>& sm, int N,
+                                          bool list_mode, T r2, bool* __restrict__ keep_mask,
+                                          int64_t* __restrict__ keep_idx,
+                                          int64_t* __restrict__ num_kept) {
+    const int tid = threadIdx.x, nthreads = blockDim.x;
+    const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    const int block_cap = sm.pool_cap / C;
     // e. the greedy scan
     NMS_PHASE(5);
     if (list_mode) {
-        // rounds (see "Rounds" above): warp w takes row blocks w, w + nwarps, ...; the far
-        // preds of a row block are its pred entries
-        const int warp = tid >> 5, lane = tid & 31, nwarps = nthreads >> 5;
-        for (int rb = tid; rb < C; rb += nthreads)
-            s_state[0][rb] = make_ulonglong2(0, rows_past_n((int64_t)rb * kBoxesPerWord, N));
-        __syncthreads();
-        int buf = 0;
-        for (int round = 0; round < kMaxRounds; ++round) {
-            int decided = 0, open = 0;  // warp-uniform
-            for (int rb = warp; rb < C; rb += nwarps) {
-                const ulonglong2 st = s_state[buf][rb];
-                uint64_t kept = st.x, removed = st.y;
-                const uint64_t und = ~(kept | removed);
-                if (und) {
-                    const int base = rb * kBoxesPerWord;
-                    const uint64_t pa = base + lane < N ? sm.inpred[base + lane] : 0;
-                    const uint64_t pb = base + 32 + lane < N ? sm.inpred[base + 32 + lane] : 0;
-                    const uint32_t* list = sm.pool + (size_t)rb * block_cap;
-                    uint64_t hit = 0, wait = 0;
-                    for (uint32_t j = lane, n = s_fill[rb]; j < n; j += 32) {
-                        const uint32_t entry = list[j];
-                        const uint32_t q = entry >> 6, t = entry & 63;
-                        if (!((und >> t) & 1)) continue;
-                        const ulonglong2 sq = s_state[buf][q / kBoxesPerWord];
-                        if ((sq.x >> (q % kBoxesPerWord)) & 1)
-                            hit |= uint64_t(1) << t;
-                        else if (!((sq.y >> (q % kBoxesPerWord)) & 1))
-                            wait |= uint64_t(1) << t;
-                    }
-                    rounds_block_steps(pa, pb, warp_or64(hit), warp_or64(wait), kept, removed,
-                                       kRoundSteps);
-                    decided += __popcll(und & (kept | removed));
-                    open += ~(kept | removed) != 0;
-                }
-                if (lane == 0) s_state[buf ^ 1][rb] = make_ulonglong2(kept, removed);
-            }
-            if (lane == 0) {
-                s_round[buf][0][warp] = decided;
-                s_round[buf][1][warp] = open;
-            }
-            __syncthreads();  // the new states and counts published
-            const int total_decided =
-                warp_sum(lane < nwarps ? s_round[buf][0][lane] : 0);
-            const int total_open =
-                warp_sum(lane < nwarps ? s_round[buf][1][lane] : 0);
-            buf ^= 1;
-            if (total_open <= kRoundMinOpen || total_decided < kRoundMinDecided) break;
-        }
-        // what is left, in order, by warp 0: every earlier row block is final when a row block
-        // is resolved
-        if (tid < 32) {
-            for (int c0 = 0; c0 < C; c0 += 32) {
-                const bool has = c0 + lane < C && ~(s_state[buf][c0 + lane].x |
-                                                     s_state[buf][c0 + lane].y) != 0;
-                for (uint32_t todo = __ballot_sync(0xffffffffu, has); todo; todo &= todo - 1) {
-                    const int rb = c0 + __ffs(todo) - 1;
-                    const int base = rb * kBoxesPerWord;
-                    const ulonglong2 st = s_state[buf][rb];
-                    const uint64_t und = ~(st.x | st.y);
-                    const uint64_t pa = base + lane < N ? sm.inpred[base + lane] : 0;
-                    const uint64_t pb = base + 32 + lane < N ? sm.inpred[base + 32 + lane] : 0;
-                    const uint32_t* list = sm.pool + (size_t)rb * block_cap;
-                    uint64_t hit = 0;
-                    for (uint32_t j = lane, n = s_fill[rb]; j < n; j += 32) {
-                        const uint32_t entry = list[j];
-                        const uint32_t q = entry >> 6, t = entry & 63;
-                        if (((und >> t) & 1) &&
-                            ((s_state[buf][q / kBoxesPerWord].x >> (q % kBoxesPerWord)) & 1))
-                            hit |= uint64_t(1) << t;
-                    }
-                    const uint64_t rem = rounds_block_in_order(pa, pb, st.y | warp_or64(hit));
-                    __syncwarp();  // every lane's reads of the states done
-                    if (lane == 0) s_state[buf][rb] = make_ulonglong2(~rem, rem);
-                    __syncwarp();  // the final state visible to every lane
-                }
-            }
-        }
-        __syncthreads();
-        for (int rb = tid; rb < C; rb += nthreads) s_kept[rb] = s_state[buf][rb].x;
+        v2_decide_dataflow(sh, sm, N, block_cap);
     } else {
+        const BlockGrid gr = sh.grid;
         // push mode: first far[p], whether a later row block holds a neighbour of p (the rows
         // whose kept boxes push)
         for (int s = tid; s < N; s += nthreads) {
@@ -1149,7 +1160,7 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                 const V2Pair<T> cq = v2_xy(sm.xy, q);
                 far = dist2_xy(cq.x, cq.y, cp.x, cp.y) < r2;
             });
-            if (far) atomicOr(&s_far[p / 32], 1u << (p % 32));
+            if (far) atomicOr(&sh.far[p / 32], 1u << (p % 32));
         }
         __syncthreads();
         for (int rb = 0; rb < C; ++rb) {
@@ -1158,14 +1169,14 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                 const int a = base + tid, b = base + 32 + tid;
                 const uint64_t rem = rounds_block_in_order(
                     a < N ? sm.inpred[a] : 0, b < N ? sm.inpred[b] : 0,
-                    ((uint64_t)s_removed[2 * rb] | ((uint64_t)s_removed[2 * rb + 1] << 32)) |
+                    ((uint64_t)sh.removed[2 * rb] | ((uint64_t)sh.removed[2 * rb + 1] << 32)) |
                         rows_past_n(base, N));
-                if (tid == 0) s_kept[rb] = ~rem;
+                if (tid == 0) sh.kept[rb] = ~rem;
             }
-            __syncthreads();  // s_kept[rb] published
+            __syncthreads();  // sh.kept[rb] published
 
             const uint64_t kept_far =
-                s_kept[rb] & ((uint64_t)s_far[2 * rb] | ((uint64_t)s_far[2 * rb + 1] << 32));
+                sh.kept[rb] & ((uint64_t)sh.far[2 * rb] | ((uint64_t)sh.far[2 * rb + 1] << 32));
             if (kept_far) {
                 const int block_end = base + kBoxesPerWord;
                 for (int item = tid; item < kBoxesPerWord * 3 * kV2PushSplit; item += nthreads) {
@@ -1189,7 +1200,7 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
                         if (sm.g && sm.g[q] != gp) continue;
                         const V2Pair<T> cq = v2_xy(sm.xy, q);
                         if (dist2_xy(cq.x, cq.y, xp, yp) < r2)
-                            atomicOr(&s_removed[q / 32], 1u << (q % 32));
+                            atomicOr(&sh.removed[q / 32], 1u << (q % 32));
                     }
                 }
             }
@@ -1202,8 +1213,8 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
     NMS_PHASE(6);
     __syncthreads();
     if (tid < 32) {
-        const int n0 = tid < C ? __popcll(s_kept[tid]) : 0;
-        const int n1 = 32 + tid < C ? __popcll(s_kept[32 + tid]) : 0;
+        const int n0 = tid < C ? __popcll(sh.kept[tid]) : 0;
+        const int n1 = 32 + tid < C ? __popcll(sh.kept[32 + tid]) : 0;
         int i0 = n0, i1 = n1;  // inclusive sums over the lanes
         for (int off = 1; off < 32; off <<= 1) {
             const int o0 = __shfl_up_sync(0xffffffffu, i0, off);
@@ -1214,33 +1225,398 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
             }
         }
         const int first_half = __shfl_sync(0xffffffffu, i0, 31);
-        s_before[tid] = i0 - n0;
-        s_before[32 + tid] = first_half + i1 - n1;
-        if (tid == 31) s_count = first_half + i1;
+        sh.before[tid] = i0 - n0;
+        sh.before[32 + tid] = first_half + i1 - n1;
+        if (tid == 31) sh.count = first_half + i1;
     }
     __syncthreads();
-    const int64_t total = s_count;
+    const int64_t total = sh.count;
     if (tid == 0 && num_kept) *num_kept = total;  // first: a host may be polling it
     for (int p = tid; p < N; p += nthreads) {
         const int rb = p / kBoxesPerWord, t = p % kBoxesPerWord;
-        const uint64_t kept = s_kept[rb];
+        const uint64_t kept = sh.kept[rb];
         const bool is_kept = (kept >> t) & 1;
         if (keep_mask) keep_mask[sm.order[p]] = is_kept;
         if (keep_idx && is_kept)
-            keep_idx[s_before[rb] + __popcll(kept & ((uint64_t(1) << t) - 1))] = sm.order[p];
+            keep_idx[sh.before[rb] + __popcll(kept & ((uint64_t(1) << t) - 1))] = sm.order[p];
     }
     if (keep_idx)
         for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
     NMS_PHASE(7);
+}
+
+// One block of blockDim.x threads (a multiple of 32, at most 1024), its dynamic shared memory
+// carved as `layout` (v2_smem with base NULL, for N, P, max_cells and whether groups are given);
+// N in [1, kBlockMaxBoxes]; the sort: P items, E = items_per_thread (1, 2 or 4) per thread,
+// P / E <= blockDim.x (v2_sort_scores).
+template <typename T, typename S>
+__global__ void __launch_bounds__(kBlockMaxThreads, 1)
+nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__ scores,
+                    const int64_t* __restrict__ groups, int N, int P, int items_per_thread,
+                    int max_cells, V2Smem<T> layout, T r2, double cell_min,
+                    bool* __restrict__ keep_mask,
+                    int64_t* __restrict__ keep_idx, int64_t* __restrict__ num_kept) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ V2Shared sh;
+    const V2Smem<T> sm = layout.placed(smem);
+    const bool list_mode = v2_prepare<T, S>(sh, sm, centers, D, scores, groups, N, P,
+                                            items_per_thread, max_cells, r2, cell_min);
+    v2_finish<T>(sh, sm, N, list_mode, r2, keep_mask, keep_idx, num_kept);
 #ifdef PCOPS_NMS_PHASES
-    if (tid == 0)
+    if (threadIdx.x == 0)
         printf("v2 N=%d threads=%d sort %d x %d cap=%d list=%d kept=%lld cycles: sort %lld grid "
                "%lld cells %lld lists %lld - %lld scan %lld out %lld total %lld\n",
-               N, nthreads, P, items_per_thread, sm.pool_cap / C, (int)list_mode, (long long)total,
-               phase_clock[1] - phase_clock[0], phase_clock[2] - phase_clock[1],
-               phase_clock[3] - phase_clock[2], phase_clock[4] - phase_clock[3],
-               phase_clock[5] - phase_clock[4], phase_clock[6] - phase_clock[5],
-               phase_clock[7] - phase_clock[6], phase_clock[7] - phase_clock[0]);
+               N, (int)blockDim.x, P, items_per_thread,
+               sm.pool_cap / ((N + kBoxesPerWord - 1) / kBoxesPerWord), (int)list_mode,
+               (long long)sh.count, sh.clock[1] - sh.clock[0], sh.clock[2] - sh.clock[1],
+               sh.clock[3] - sh.clock[2], sh.clock[4] - sh.clock[3], sh.clock[5] - sh.clock[4],
+               sh.clock[6] - sh.clock[5], sh.clock[7] - sh.clock[6], sh.clock[7] - sh.clock[0]);
+#endif
+}
+
+// ------------------------------------------------------------------------------------------
+// Pair-tile path (variant 5, N <= kTileMaxBoxes): the pairs tested by the whole GPU, the greedy
+// decided by one block.
+//
+// The v2 kernel runs on one SM while the others idle; with scores out of order half of its time
+// is the sort. Here one cooperative launch of up to a block per SM:
+//   a. every block checks whether the scores are already in visiting order (as v2 does);
+//   b. the pairs in tiles of 32 rows (boxes i, a lane each) by 64 columns (boxes j of a chunk
+//      c), a warp a tile, the tiles spread evenly over the blocks: lane i's word holds the
+//      columns that are preds of i (visited before i, same group, within the radius). Only the
+//      nonzero words are stored, with a 32-bit flag per tile (which lanes have one). Scores out
+//      of order: every tile, and each lane also stores how many columns are visited before it
+//      (its position is the sum over the chunks: no sort). Scores in order: positions are
+//      indices, and only the tiles with some j < i run (a triangle, half the pairs);
+//   c. one grid barrier; block 0 then places the boxes (position -> box in sm.order), collects
+//      the nonzero words (the flags compacted by a block scan, then one load each) and turns
+//      every pred into v2's structures: a bit of inpred[p] when it lies in p's row block, an
+//      entry of the row block's far-pred list otherwise; then v2_finish (the dataflow greedy,
+//      the outputs). When a list outgrows its share of shared memory (dense scenes), block 0
+//      runs the whole v2 body instead (its push mode). The same bits whichever way.
+// The pair tests are the brute force's, N**2 (half with ordered scores), but over every SM:
+// N = 1000 is 4 tiles (8k pairs) per SM. Workspace: the flags, the words, the counts (about
+// N**2 / 8 bytes at most: 0.5 MB at N = 2048). Block 0's clock on the H100 (L2 flushed,
+// uniform boxes, lab/phases_circle_nms.cu), against v2's: N = 1000, scores in order, 25k
+// cycles against 24k (order check 2k, tiles 4k, barrier 2.5k, ranks and flags 2.3k, scan and
+// decode 4.4k, finish 10k); out of order 27k against 50k; N = 2048: 38k / 42k in order, 43k /
+// 85k out of order. Everything on block 0's path is a memory or barrier latency.
+
+constexpr int kTileMaxBoxes = PCOPS_CIRCLE_NMS_CUDA_TILE_MAX;
+// The smallest N the size-based plan gives this path: at 500 boxes (H100, kernel cycles) it
+// is 15 % slower than v2 on scores in visiting order and 31 % faster on scores out of order
+// (v2 sorts them on one SM); from 1000 up it is level with v2 or faster on both.
+constexpr int kTileMinBoxes = PCOPS_CIRCLE_NMS_CUDA_TILE_MIN;
+constexpr int kTileRows = 32;        // rows of a tile: a lane each
+constexpr int kTilesPerBlock = 4;    // tiles a block takes at least (fewer blocks below that)
+
+// The pair-tile path's workspace (global memory); one layout for the size query and the launch.
+struct TileWorkspace {
+    uint32_t* flags;  // [RW * C] bit l: row 32 rw + l has a nonzero word in tile (rw, c)
+    uint64_t* words;  // [RW * C * 32] the pred words (only the nonzero ones are written)
+    uint8_t* before;  // [N][Cs] columns of chunk c visited before box i (scores out of order;
+                      // zero for c >= C)
+    int Cs;           // row stride of `before`: C rounded up to 16
+    size_t bytes;
+};
+
+TileWorkspace tile_layout(void* base, int64_t N) {
+    const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    const int64_t RW = (N + kTileRows - 1) / kTileRows;
+    TileWorkspace w;
+    w.Cs = (int)((C + 15) / 16 * 16);
+    pcops_carver c = pcops_carver_init(base);
+    w.flags = (uint32_t*)pcops_carve(&c, RW * C, sizeof(uint32_t));
+    w.words = (uint64_t*)pcops_carve(&c, RW * C * kTileRows, sizeof(uint64_t));
+    w.before = (uint8_t*)pcops_carve(&c, N * w.Cs, 1);
+    w.bytes = pcops_carver_bytes(&c);
+    return w;
+}
+
+// Tiles with scores in order: row warp rw takes chunks 0 .. rw / 2 (those with a column before
+// some row), so row warps 2m and 2m + 1 hold m + 1 tiles each and m (m + 1) come before 2m.
+int64_t triangle_tiles(int64_t RW) {
+    const int64_t m = RW / 2;
+    return m * (m + 1) + (RW % 2) * (m + 1);
+}
+
+// Row warp and chunk of tile t (of the triangle, or of all RW x C row-major).
+__device__ __forceinline__ void tile_at(int t, bool triangle, int C, int& rw, int& c) {
+    if (!triangle) {
+        rw = t / C;
+        c = t - rw * C;
+        return;
+    }
+    int m = (int)((sqrtf(4.0f * (float)t + 1.0f) - 1.0f) * 0.5f);
+    while (m > 0 && m * (m + 1) > t) --m;
+    while ((m + 1) * (m + 2) <= t) ++m;
+    const int r = t - m * (m + 1);
+    rw = 2 * m + (r > m ? 1 : 0);
+    c = r > m ? r - m - 1 : r;
+}
+
+// Sum of the bytes of w (each at most 64).
+__device__ __forceinline__ int byte_sum(uint32_t w) {
+    const uint32_t x = (w & 0x00ff00ffu) + ((w >> 8) & 0x00ff00ffu);
+    return (int)((x & 0xffffu) + (x >> 16));
+}
+
+// One tile by one warp: lane l is row i = 32 rw + l, the columns are chunk c, staged in the
+// warp's slice of shared memory. kOrdered: scores in visiting order (j before i iff j < i);
+// kGroups: groups given.
+template <bool kOrdered, bool kGroups, typename T, typename S>
+__device__ __forceinline__ void tile_pairs(const T* __restrict__ centers, int64_t D,
+                                           const S* __restrict__ scores,
+                                           const int64_t* __restrict__ groups, int N, int C,
+                                           int rw, int c, T r2, V2Pair<T>* col_xy,
+                                           V2Item<S>* col_key, int64_t* col_g,
+                                           const TileWorkspace& ws) {
+    const int lane = threadIdx.x & 31;
+    const int j0 = c * kBoxesPerWord;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int k = h * 32 + lane, j = j0 + k;
+        const bool in = j < N;
+        // a column past N is never a pred: NaN centre, and (unordered) a key after every key
+        col_xy[k] = in ? V2Pair<T>{centers[(int64_t)j * D], centers[(int64_t)j * D + 1]}
+                       : V2Pair<T>{(T)NAN, (T)NAN};
+        if (!kOrdered) col_key[k] = in ? V2Item<S>::make(scores[j], j) : V2Item<S>::pad();
+        if (kGroups) col_g[k] = in ? groups[j] : 0;
+    }
+    const int i = rw * kTileRows + lane;
+    const bool row = i < N;
+    T xi = 0, yi = 0;
+    V2Item<S> ki = V2Item<S>::pad();
+    int64_t gi = 0;
+    if (row) {
+        xi = centers[(int64_t)i * D];
+        yi = centers[(int64_t)i * D + 1];
+        if (!kOrdered) ki = V2Item<S>::make(scores[i], i);
+        if (kGroups) gi = groups[i];
+    }
+    __syncwarp();
+    uint64_t w = 0;
+    int before = 0;
+#pragma unroll 16
+    for (int k = 0; k < kBoxesPerWord; ++k) {
+        const V2Pair<T> q = col_xy[k];
+        const bool prec = kOrdered ? j0 + k < i : col_key[k].before(ki);
+        before += prec;
+        const bool pred = prec && (!kGroups || col_g[k] == gi) &&
+                          dist2_xy(q.x, q.y, xi, yi) < r2;
+        w |= (uint64_t)pred << k;
+    }
+    __syncwarp();  // the slice is staged again for the warp's next tile
+    if (!row) w = 0;
+    const uint32_t flag = __ballot_sync(0xffffffffu, w != 0);
+    const int tile = rw * C + c;
+    if (w) ws.words[(size_t)tile * kTileRows + lane] = w;
+    if (lane == 0) ws.flags[tile] = flag;
+    if (!kOrdered && row) {
+        uint8_t* b = ws.before + (size_t)i * ws.Cs;
+        b[c] = (uint8_t)before;
+        if (c == C - 1)  // the row's padding, read (and summed) by block 0's 16-byte loads
+            for (int cc = C; cc < ws.Cs; ++cc) b[cc] = 0;
+    }
+}
+
+#ifdef PCOPS_NMS_PHASES
+__device__ unsigned long long g_tiles_first_start = ~0ull, g_tiles_last_done = 0;
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+
+// A cooperative launch of gridDim.x blocks (at most one per SM) of blockDim.x threads, the
+// dynamic shared memory of the v2 kernel (`layout`, the same N, P, items_per_thread and
+// max_cells), and the workspace `ws`; ntri = triangle_tiles(RW). N in [1, kTileMaxBoxes].
+template <typename T, typename S>
+__global__ void __launch_bounds__(kBlockMaxThreads, 1)
+nms_tiles_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__ scores,
+                 const int64_t* __restrict__ groups, int N, int P, int items_per_thread,
+                 int max_cells, V2Smem<T> layout, T r2, double cell_min, TileWorkspace ws,
+                 int ntri, bool* __restrict__ keep_mask,
+                 int64_t* __restrict__ keep_idx, int64_t* __restrict__ num_kept) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ V2Shared sh;
+    const int tid = threadIdx.x, nthreads = blockDim.x;
+    const int warp = tid >> 5, nwarps = nthreads >> 5;
+    const int C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    const int RW = (N + kTileRows - 1) / kTileRows;
+#ifdef PCOPS_NMS_PHASES
+    long long ck[8] = {0};
+    unsigned long long gt_start = 0, gt_sync = 0;
+    if (tid == 0) {
+        ck[0] = clock64();
+        gt_start = global_ns();
+        atomicMin(&g_tiles_first_start, gt_start);
+    }
+#endif
+
+    // a. scores in visiting order? (every block alike)
+    bool ok = true;
+    for (int i0 = tid; i0 < N - 1; i0 += 2 * nthreads) {
+        const int i1 = i0 + nthreads;
+        const S a0 = scores[i0], b0 = scores[i0 + 1];
+        const S a1 = i1 < N - 1 ? scores[i1] : a0, b1 = i1 < N - 1 ? scores[i1 + 1] : b0;
+        ok = ok && score_key(a0) <= score_key(b0) && score_key(a1) <= score_key(b1);
+    }
+    const bool in_order = __syncthreads_and(ok);
+#ifdef PCOPS_NMS_PHASES
+    if (tid == 0) ck[1] = clock64();
+#endif
+
+    // b. this block's share of the tiles, a warp a tile
+    {
+        unsigned char* slice = smem + (size_t)warp * kBoxesPerWord *
+                                          (sizeof(V2Pair<T>) + sizeof(V2Item<S>) + 8);
+        V2Pair<T>* col_xy = (V2Pair<T>*)slice;
+        V2Item<S>* col_key = (V2Item<S>*)(slice + kBoxesPerWord * sizeof(V2Pair<T>));
+        int64_t* col_g = (int64_t*)(slice + kBoxesPerWord *
+                                                (sizeof(V2Pair<T>) + sizeof(V2Item<S>)));
+        const int ntiles = in_order ? ntri : RW * C;
+        const int t0 = (int)((int64_t)ntiles * blockIdx.x / gridDim.x);
+        const int t1 = (int)((int64_t)ntiles * (blockIdx.x + 1) / gridDim.x);
+        for (int t = t0 + warp; t < t1; t += nwarps) {
+            int rw, c;
+            tile_at(t, in_order, C, rw, c);
+            auto run = [&](auto ordered, auto grouped) {
+                tile_pairs<decltype(ordered)::value, decltype(grouped)::value>(
+                    centers, D, scores, groups, N, C, rw, c, r2, col_xy, col_key, col_g, ws);
+            };
+            using yes = std::true_type;
+            using no = std::false_type;
+            if (in_order)
+                groups ? run(yes{}, yes{}) : run(yes{}, no{});
+            else
+                groups ? run(no{}, yes{}) : run(no{}, no{});
+        }
+    }
+
+#ifdef PCOPS_NMS_PHASES
+    __syncthreads();
+    if (tid == 0) {
+        ck[2] = clock64();
+        atomicMax(&g_tiles_last_done, global_ns());
+    }
+#endif
+    // c. block 0 decides, once every block has stored its tiles (a grid barrier: the cooperative
+    //    launch keeps every block resident); the others' stores are read past L1. (Tried: each
+    //    block raising an arrival flag and block 0 alone waiting on them; no faster, and the
+    //    wait reads flags the launch has not written yet.)
+    cg::this_grid().sync();
+    if (blockIdx.x != 0) return;
+#ifdef PCOPS_NMS_PHASES
+    if (tid == 0) {
+        ck[3] = clock64();
+        gt_sync = global_ns();
+    }
+#endif
+    const V2Smem<T> sm = layout.placed(smem);
+    uint16_t* pos = sm.cell;  // box -> position (the cell array is free until v2_prepare)
+    uint32_t* cnt = (uint32_t*)sm.xy;  // [F] nonzero words per tile, then their offsets
+    // the collected word indices, in the cells' space (cell_end, by_cell: contiguous)
+    uint32_t* list = sm.cell_end;
+    const int list_cap = (int)(((size_t)max_cells * sizeof(uint32_t) +
+                                (size_t)N * sizeof(uint16_t)) / sizeof(uint32_t));
+    for (int p = tid; p < N; p += nthreads) sm.inpred[p] = 0;
+    if (tid < kBlockMaxBoxes / kBoxesPerWord) sh.fill[tid] = 0;
+    if (tid == 0) sh.overflow = 0;
+    for (int i = tid; i < N; i += nthreads) {
+        int r = i;
+        if (!in_order) {  // the columns visited before i, summed over the chunks
+            r = 0;
+            const uint8_t* b = ws.before + (size_t)i * ws.Cs;
+            for (int c0 = 0; c0 < C; c0 += 16) {  // the padding past C is zero
+                const uint4 v = __ldcg(reinterpret_cast<const uint4*>(b + c0));
+                r += byte_sum(v.x) + byte_sum(v.y) + byte_sum(v.z) + byte_sum(v.w);
+            }
+        }
+        pos[i] = (uint16_t)r;
+        sm.order[r] = (uint16_t)i;
+    }
+    const int F = RW * C;  // at most 2 * nthreads (the launcher checks)
+    uint32_t fl[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int f = tid + k * nthreads;
+        fl[k] = 0;
+        if (f < F) {
+            const int rw = f / C, c = f - rw * C;
+            if (!in_order || c <= rw / 2) fl[k] = __ldcg(ws.flags + f);
+            cnt[f] = __popc(fl[k]);
+        }
+    }
+    __syncthreads();
+#ifdef PCOPS_NMS_PHASES
+    if (tid == 0) ck[4] = clock64();
+#endif
+    const int Z = (int)v2_block_scan(cnt, F, sh.warp);  // barriers inside; cnt: offsets
+    if (Z <= list_cap) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const int f = tid + k * nthreads;
+            uint32_t o = f < F ? cnt[f] : 0;
+            for (uint32_t m = fl[k]; m; m &= m - 1)
+                list[o++] = (uint32_t)f * kTileRows + (uint32_t)(__ffs(m) - 1);
+        }
+    }
+    __syncthreads();
+    const int block_cap = sm.pool_cap / C;
+    if (Z <= list_cap) {
+        for (int z = tid; z < Z; z += nthreads) {
+            const uint32_t e = list[z];
+            const uint64_t w = __ldcg((const unsigned long long*)ws.words + e);
+            const int f = (int)(e / kTileRows), rw = f / C, c = f - rw * C;
+            const int p = pos[rw * kTileRows + (int)(e % kTileRows)];
+            const int rb = p / kBoxesPerWord;
+            uint64_t near = 0;
+            for (uint64_t m = w; m; m &= m - 1) {
+                const int q = pos[c * kBoxesPerWord + __ffsll((long long)m) - 1];
+                if (q / kBoxesPerWord == rb) {
+                    near |= uint64_t(1) << (q % kBoxesPerWord);
+                } else {
+                    const uint32_t slot = atomicAdd(&sh.fill[rb], 1u);
+                    if (slot < (uint32_t)block_cap)
+                        sm.pool[(size_t)rb * block_cap + slot] =
+                            ((uint32_t)q << 6) | (uint32_t)(p % kBoxesPerWord);
+                    else
+                        atomicOr(&sh.overflow, 1u);
+                }
+            }
+            if (near) atomicOr((unsigned long long*)&sm.inpred[p], (unsigned long long)near);
+        }
+    } else if (tid == 0) {
+        sh.overflow = 1;
+    }
+    __syncthreads();
+#ifdef PCOPS_NMS_PHASES
+    if (tid == 0) ck[5] = clock64();
+#endif
+    bool list_mode = sh.overflow == 0;
+    if (!list_mode) {  // dense: the v2 body from the inputs
+        __syncthreads();  // every thread has read sh.overflow before v2_prepare clears it
+        list_mode = v2_prepare<T, S>(sh, sm, centers, D, scores, groups, N, P,
+                                     items_per_thread, max_cells, r2, cell_min);
+    }
+    v2_finish<T>(sh, sm, N, list_mode, r2, keep_mask, keep_idx, num_kept);
+#ifdef PCOPS_NMS_PHASES
+    if (tid == 0) {
+        ck[6] = clock64();
+        printf("tiles N=%d blocks=%d threads=%d ordered=%d words=%d list=%d kept=%lld | ns from "
+               "the first block's start: block 0 start %llu, last tiles done %llu, sync done "
+               "%llu | block 0 cycles: order check %lld, tiles %lld, sync %lld, ranks+flags "
+               "%lld, scan+decode %lld, finish %lld, total %lld\n",
+               N, (int)gridDim.x, nthreads, (int)in_order, Z, (int)list_mode,
+               (long long)sh.count, gt_start - g_tiles_first_start,
+               g_tiles_last_done - g_tiles_first_start, gt_sync - g_tiles_first_start,
+               ck[1] - ck[0], ck[2] - ck[1], ck[3] - ck[2], ck[4] - ck[3], ck[5] - ck[4],
+               ck[6] - ck[5], ck[6] - ck[0]);
+        g_tiles_first_start = ~0ull;
+        g_tiles_last_done = 0;
+    }
 #endif
 }
 
@@ -1892,23 +2268,26 @@ int next_pow2(int n) {
 
 // The launch plan, computed once from the sizes (by the size query and the launcher alike).
 struct NmsPlan {
-    int variant;  // 1 block path, 2 bitmask path, 3 grid path, 4 block path v2, 0 nothing to
-                  // launch (N == 0)
+    int variant;  // 1 block path, 2 bitmask path, 3 grid path, 4 block path v2, 5 pair-tile
+                  // path, 0 nothing to launch (N == 0)
     int P;        // block paths: sort size
     int threads;  // block paths: block size
-    int items;    // block path v2: sort items per thread
+    int items;    // block path v2 (and the pair-tile path's v2 body): sort items per thread
 };
 
-// variant: 0 by size, 1 block, 2 bitmask, 3 grid, 4 block v2. ok = false when the variant
-// cannot take N.
+// variant: 0 by size, 1 block, 2 bitmask, 3 grid, 4 block v2, 5 pair tiles. ok = false when
+// the variant cannot take N.
 NmsPlan nms_plan(int64_t N, int variant, bool& ok) {
     NmsPlan plan{0, 0, 0, 0};
     ok = N >= 0 && (N + kBoxesPerWord - 1) / kBoxesPerWord <= kMaxBlocks && variant >= 0 &&
-         variant <= 4;
+         variant <= 5;
     if (!ok || N == 0) return plan;
-    plan.variant = variant != 0 ? variant : (N <= kBlockMaxBoxes ? 4 : 3);
-    if (plan.variant == 4) {
-        if (N > kBlockMaxBoxes) {
+    plan.variant = variant != 0 ? variant
+                                : (N >= kTileMinBoxes && N <= kTileMaxBoxes
+                                       ? 5
+                                       : (N <= kBlockMaxBoxes ? 4 : 3));
+    if (plan.variant == 4 || plan.variant == 5) {
+        if (N > (plan.variant == 5 ? kTileMaxBoxes : kBlockMaxBoxes)) {
             ok = false;
             return plan;
         }
@@ -2043,6 +2422,21 @@ cudaError_t block_v2_attributes(int* bytes) {
     return err;
 }
 
+// The v2 body's shared-memory carving for n boxes in `bytes` (sets max_cells): up to 16 cells
+// a box (kV2MaxCells in all): cells as small as the radius allows cut the candidates of the
+// pred-list pass (uniform boxes, 0.41 a squared radius: 7 a box with cells of 1.38 radii, 3.7
+// with cells of one), fewer where the pred lists would get less than kV2MinPool entries a box.
+template <typename T, typename S>
+V2Smem<T> v2_layout(int bytes, int n, int P, bool with_groups, int& max_cells) {
+    max_cells = 16 * n < 256 ? 256 : (16 * n > kV2MaxCells ? kV2MaxCells : 16 * n);
+    V2Smem<T> s = v2_smem<T, S>(nullptr, (size_t)bytes, n, P, max_cells, with_groups);
+    while (max_cells > 256 && s.pool_cap < kV2MinPool * n) {
+        max_cells /= 2;
+        s = v2_smem<T, S>(nullptr, (size_t)bytes, n, P, max_cells, with_groups);
+    }
+    return s;
+}
+
 template <typename T, typename S>
 cudaError_t launch_block_v2(const NmsPlan& plan, const T* centers, int64_t D, const S* scores,
                             const int64_t* groups, int64_t N, double radius2, bool* keep_mask,
@@ -2053,21 +2447,90 @@ cudaError_t launch_block_v2(const NmsPlan& plan, const T* centers, int64_t D, co
     const T r2 = (T)radius2;  // rounded as the CPU rounds it
     const double cell_min = sqrt((double)r2) * (1.0 + 1.0 / 1024.0);
     const int n = (int)N;
-    // up to 16 cells a box (kV2MaxCells in all): cells as small as the radius allows cut the
-    // candidates of the pred-list pass (uniform boxes, 0.41 a squared radius: 7 a box with
-    // cells of 1.38 radii, 3.7 with cells of one), fewer where the pred lists would get less
-    // than kV2MinPool entries a box
-    int max_cells = 16 * n < 256 ? 256 : (16 * n > kV2MaxCells ? kV2MaxCells : 16 * n);
-    V2Smem<T> s = v2_smem<T, S>(nullptr, (size_t)bytes, n, plan.P, max_cells, groups != nullptr);
-    while (max_cells > 256 && s.pool_cap < kV2MinPool * n) {
-        max_cells /= 2;
-        s = v2_smem<T, S>(nullptr, (size_t)bytes, n, plan.P, max_cells, groups != nullptr);
-    }
+    int max_cells = 0;
+    const V2Smem<T> s = v2_layout<T, S>(bytes, n, plan.P, groups != nullptr, max_cells);
     if (s.sort_end > (size_t)bytes || s.fixed_end > (size_t)bytes) return cudaErrorInvalidValue;
     nms_block_v2_kernel<T, S><<<1, plan.threads, (size_t)bytes, stream>>>(
         centers, D, scores, groups, n, plan.P, plan.items, max_cells, s, r2, cell_min,
         keep_mask, keep_idx, num_kept);
     return cudaGetLastError();
+}
+
+// The pair-tile kernel's shared memory (as the v2 kernel's: all a block may opt into) and how
+// many of its blocks fit on the device at once (0: no cooperative launch); measured once per
+// device (ordinal < 64).
+template <typename T, typename S>
+cudaError_t tiles_attributes(int* bytes, int* blocks) {
+    static std::atomic<int> cached_bytes[64], cached_blocks[64];  // zero until measured
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    if (dev < 64 && (*bytes = cached_bytes[dev].load()) > 0) {
+        *blocks = cached_blocks[dev].load();
+        return cudaSuccess;
+    }
+    int optin = 0, sms = 0, cooperative = 0, per_sm = 0;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, dev);
+    cudaFuncAttributes attr;
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, nms_tiles_kernel<T, S>);
+    if (err != cudaSuccess) return err;
+    *bytes = optin - (int)attr.sharedSizeBytes;
+    err = cudaFuncSetAttribute(nms_tiles_kernel<T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               *bytes);
+    if (err == cudaSuccess && cooperative)
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, nms_tiles_kernel<T, S>,
+                                                            kV2Threads, (size_t)*bytes);
+    if (err != cudaSuccess) return err;
+    *blocks = per_sm * sms;
+    if (dev < 64) {
+        cached_blocks[dev].store(*blocks);
+        cached_bytes[dev].store(*bytes);  // last: a nonzero size marks the entry complete
+    }
+    return cudaSuccess;
+}
+
+// The pair-tile path; the v2 kernel where no cooperative launch of the tiles kernel can run
+// (the device has none, or fewer blocks fit than one: a shared GPU).
+template <typename T, typename S>
+cudaError_t launch_tiles(const NmsPlan& plan, const T* centers, int64_t D, const S* scores,
+                         const int64_t* groups, int64_t N, double radius2, void* workspace,
+                         bool* keep_mask, int64_t* keep_idx, int64_t* num_kept,
+                         cudaStream_t stream) {
+    int bytes = 0, max_blocks = 0;
+    cudaError_t err = tiles_attributes<T, S>(&bytes, &max_blocks);
+    if (err != cudaSuccess) return err;
+    const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    const int64_t RW = (N + kTileRows - 1) / kTileRows;
+    const size_t slices = (size_t)(plan.threads / 32) * kBoxesPerWord *
+                          (sizeof(V2Pair<T>) + sizeof(V2Item<S>) + sizeof(int64_t));
+    if (max_blocks < 1 || RW * C > 2 * (int64_t)plan.threads || slices > (size_t)bytes)
+        return launch_block_v2(plan, centers, D, scores, groups, N, radius2, keep_mask,
+                               keep_idx, num_kept, stream);
+    T r2 = (T)radius2;  // rounded as the CPU rounds it
+    double cell_min = sqrt((double)r2) * (1.0 + 1.0 / 1024.0);
+    int n = (int)N, P = plan.P, items = plan.items, max_cells = 0;
+    V2Smem<T> s = v2_layout<T, S>(bytes, n, P, groups != nullptr, max_cells);
+    if (s.sort_end > (size_t)bytes || s.fixed_end > (size_t)bytes) return cudaErrorInvalidValue;
+    TileWorkspace ws = tile_layout(workspace, N);
+    int ntri = (int)triangle_tiles(RW);
+    const int64_t want = (RW * C + kTilesPerBlock - 1) / kTilesPerBlock;
+    const unsigned blocks = (unsigned)(want < max_blocks ? want : max_blocks);
+    void* args[] = {(void*)&centers, (void*)&D,         (void*)&scores,   (void*)&groups,
+                    (void*)&n,       (void*)&P,         (void*)&items,    (void*)&max_cells,
+                    (void*)&s,       (void*)&r2,        (void*)&cell_min, (void*)&ws,
+                    (void*)&ntri,    (void*)&keep_mask, (void*)&keep_idx, (void*)&num_kept};
+    err = cudaLaunchCooperativeKernel((const void*)nms_tiles_kernel<T, S>, dim3(blocks),
+                                      dim3(plan.threads), args, (size_t)bytes, stream);
+    if (err == cudaErrorCooperativeLaunchTooLarge) {  // fewer SMs free than measured
+        (void)cudaGetLastError();
+        return launch_block_v2(plan, centers, D, scores, groups, N, radius2, keep_mask,
+                               keep_idx, num_kept, stream);
+    }
+    return err;
 }
 
 template <typename T, typename S>
@@ -2255,6 +2718,9 @@ cudaError_t launch_by_score(const NmsPlan& plan, const T* centers, int64_t D,
             case 4:
                 return launch_block_v2(plan, centers, D, s, groups, N, radius2, keep_mask,
                                        keep_idx, num_kept, stream);
+            case 5:
+                return launch_tiles(plan, centers, D, s, groups, N, radius2, workspace,
+                                    keep_mask, keep_idx, num_kept, stream);
             default:
                 return launch_grid(centers, D, score_dtype, s, groups, N, radius2, workspace,
                                    keep_mask, keep_idx, num_kept, stream);
@@ -2275,6 +2741,7 @@ extern "C" size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype,
     if (!ok || elem == 0 || plan.variant == 0 || plan.variant == 1 || plan.variant == 4)
         return 0;
     if (plan.variant == 2) return mask_layout(nullptr, elem, score_dtype, N, 0).bytes;
+    if (plan.variant == 5) return tile_layout(nullptr, N).bytes;
     return grid_layout(nullptr, elem, score_dtype, N, 0).bytes;
 }
 
@@ -2288,7 +2755,8 @@ extern "C" cudaError_t pcops_circle_nms_cuda_variant(
     if (score_dtype != PCOPS_FLOAT32 && score_dtype != PCOPS_FLOAT64)
         return cudaErrorInvalidValue;
     if (N > 0 && (!centers || !scores ||
-                  ((plan.variant == 2 || plan.variant == 3) && !workspace)))
+                  ((plan.variant == 2 || plan.variant == 3 || plan.variant == 5) &&
+                   !workspace)))
         return cudaErrorInvalidValue;
     if (N == 0)
         return pcops_launch_tail(

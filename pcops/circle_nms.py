@@ -54,8 +54,10 @@ def circle_nms(
         int64 ``[K]``: the indices into ``centers`` of the kept boxes, in visiting order (by
         descending score).
 
-    Memory: on CUDA, up to 4096 boxes run in one thread block's shared memory (one launch, no
-    workspace); more sort the boxes into a spatial grid in a workspace of about 250 bytes per
+    Memory: on CUDA, up to 4096 boxes take one launch: from 512 to 2048 boxes the pairs are
+    tested over the whole GPU and one thread block decides (a workspace of about N**2 / 8
+    bytes: 0.5 MB at 2048), otherwise one thread block's shared memory does everything (no
+    workspace); more boxes are sorted into a spatial grid in a workspace of about 250 bytes per
     box (the neighbour lists of the parallel rounds); at most 4194240 boxes. The CPU needs
     O(N).
 
@@ -95,8 +97,8 @@ def circle_nms_mask(
     Returns:
         bool ``[N]``: True where the box is kept.
 
-    Memory: as :func:`circle_nms` (none up to 4096 boxes, else about 250 bytes per box of
-    workspace on CUDA).
+    Memory: as :func:`circle_nms` (on CUDA: about N**2 / 8 bytes of workspace from 512 to 2048
+    boxes, none otherwise up to 4096, else about 250 bytes per box).
 
     Example:
         >>> centers, scores = torch.rand(4096, 3) * 50, torch.rand(4096)

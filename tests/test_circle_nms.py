@@ -14,6 +14,7 @@ nms_op = torch.ops.pcops.circle_nms.default
 mask_op = torch.ops.pcops.circle_nms_mask.default
 variant_op = torch.ops.pcops._circle_nms_variant.default
 BLOCK_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX: the single-block CUDA path up to here
+TILE_MAX = 2048  # PCOPS_CIRCLE_NMS_CUDA_TILE_MAX: the pair-tile CUDA path (the default) up to here
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,7 +504,8 @@ def test_cuda_side_stream(cuda, gen):
     assert_equal(torch.nonzero(mask).flatten(), expected.sort().values)
 
 
-@pytest.mark.parametrize("N", [3000, 5000])  # the single-block path, and the bitmask path
+# the pair-tile path (a cooperative launch), the single-block path, and the grid path
+@pytest.mark.parametrize("N", [1000, 3000, 5000])
 def test_cuda_mask_graph_capture(cuda, gen, N):
     centers, scores, groups = detections(N, gen, n_groups=2)
     c, s, g = to(cuda, centers, scores, groups)
@@ -676,15 +678,16 @@ def test_second_gpu(gen):
 
 # ---------------------------------------------------------------------------------------------
 # every path gives the same bits: the CPU, the CUDA single-block kernels (variant 1 and its v2,
-# variant 4, N <= 4096), the CUDA bitmask path (variant 2) and the CUDA grid path (variant 3),
-# each forced through the internal op's argument
+# variant 4, N <= 4096), the CUDA pair-tile path (variant 5, N <= 2048), the CUDA bitmask path
+# (variant 2) and the CUDA grid path (variant 3), each forced through the internal op's argument
 
 
 def path_cases(gen):
     """(name, centers, scores, radius, groups): ties, duplicates, groups, edge radii, non-finite
     values, N around the single-block limit."""
     cases = []
-    for N in [0, 1, 2, 63, 64, 65, 1000, BLOCK_MAX - 1, BLOCK_MAX, BLOCK_MAX + 1]:
+    for N in [0, 1, 2, 63, 64, 65, 1000, TILE_MAX, TILE_MAX + 1, BLOCK_MAX - 1, BLOCK_MAX,
+              BLOCK_MAX + 1]:
         c, s, g = detections(N, gen, n_groups=3)
         cases.append((f"uniform N={N} groups", c, s, 0.5, g))
         cases.append((f"uniform N={N}", c, s, 0.5, None))
@@ -721,7 +724,8 @@ def path_cases(gen):
     # chains: boxes on a line 0.45 apart (radius 0.5), visited along it, so that each box's
     # fate waits on the one before (the in-order pass after the rounds), and a zigzag of two
     # interleaved lines visited in random order
-    for N in (3000, BLOCK_MAX + 1000):  # the second: grid path rounds on the whole GPU too
+    # 2000: the pair-tile path's size; 4096 + 1000: the grid path's rounds on the whole GPU too
+    for N in (2000, 3000, BLOCK_MAX + 1000):
         c = torch.zeros(N, 3)
         c[:, 0] = torch.arange(N, dtype=torch.float32) * 0.45
         s = torch.linspace(1.0, 0.0, N)
@@ -796,7 +800,8 @@ def test_cuda_every_path_matches_cpu(cuda, gen, dtype, score_dtype):
     for name, c, s, radius, g in path_cases(gen):
         c, s = c.to(dtype), s.to(score_dtype)
         want_mask, want_idx, want_n = cpu_variant(c, s, radius, g)
-        variants = [0, 2, 3] + ([1, 4] if len(c) <= BLOCK_MAX else [])
+        variants = ([0, 2, 3] + ([1, 4] if len(c) <= BLOCK_MAX else [])
+                    + ([5] if len(c) <= TILE_MAX else []))
         for variant in variants:
             mask, idx, n = variant_op(*to(cuda, c, s)[:2], radius,
                                       None if g is None else g.cuda(), variant)
@@ -811,15 +816,19 @@ def test_cuda_single_block_limit(cuda, gen):
     for variant in (1, 4):
         with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be"):
             variant_op(c, s, 1.0, None, variant)
-    for bad in (-1, 5):
+    with pytest.raises(ValueError, match=r"5 \(pair tiles, N <= 2048\), got 5 for N = 2049"):
+        variant_op(c[:TILE_MAX + 1], s[:TILE_MAX + 1], 1.0, None, 5)
+    for bad in (-1, 6):
         with pytest.raises(ValueError, match=r"argument 'variant' must be"):
             variant_op(c[:10], s[:10], 1.0, None, bad)
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", [1, 2, 3, 4])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("N", [1, 65, 700, 2100])  # 2100: a 4096-key sort by 1024 threads
 def test_cuda_paths_sanitizer(cuda, gen, variant, N):
+    if variant == 5:
+        N = min(N, TILE_MAX)  # its limit: 2048 (a 2048-key sort in its v2 body)
     c, s, g = detections(N, gen, n_groups=2, grid=4)
     want = cpu_variant(c, s, 0.6, g)
     got = variant_op(*to(cuda, c, s)[:2], 0.6, g.cuda(), variant)
@@ -854,14 +863,20 @@ def test_cuda_grid_rounds_sanitizer(cuda, gen, case):
 def test_cuda_block_v2_modes_sanitizer(cuda, gen, dense, N):
     """Variant 4 in both scan modes: the pred lists in shared memory (sparse) and the push
     scan (dense: every box within the radius of every other, far more pairs than fit), float64
-    centres and scores with groups (the least room for the lists)."""
+    centres and scores with groups (the least room for the lists). Variant 5 (N <= 2048) on the
+    same inputs: its gathered lists (sparse) and its fallback to the whole v2 body (dense), with
+    the scores in visiting order (its triangle of tiles) and not."""
     c, s, g = detections(N, gen, n_groups=2, grid=4)
     radius = 1e3 if dense else 0.6
-    for cc, ss, gg in ((c, s, g), (c.double(), s.double(), g), (c, s, None)):
+    sorted_s = torch.sort(s, descending=True).values
+    for cc, ss, gg in ((c, s, g), (c.double(), s.double(), g), (c, s, None), (c, sorted_s, g)):
         want = cpu_variant(cc, ss, radius, gg)
-        got = variant_op(*to(cuda, cc, ss)[:2], radius, None if gg is None else gg.cuda(), 4)
-        for a, b in zip(got, want):
-            assert_equal(a, b, what=f"N={N}, dense={dense}, {cc.dtype}, scores {ss.dtype}")
+        for variant in (4, 5) if N <= TILE_MAX else (4,):
+            got = variant_op(*to(cuda, cc, ss)[:2], radius, None if gg is None else gg.cuda(),
+                             variant)
+            for a, b in zip(got, want):
+                assert_equal(a, b, what=f"variant {variant}, N={N}, dense={dense}, {cc.dtype}, "
+                             f"scores {ss.dtype}")
 
 
 def block_cases(gen, N):
@@ -906,9 +921,10 @@ def block_cases(gen, N):
 @pytest.mark.parametrize("N", [1, 2, 31, 33, 63, 64, 65, 100, 127, 129, 255, 257, 500, 511, 513,
                                1000, 1023, 1025, 2047, 2049, 3000, 4095, 4096])
 def test_cuda_block_v2_matches_cpu_and_block_v1(cuda, gen, N):
-    """Variant 4 (the default up to 4096 boxes) gives the bits of the CPU and of variant 1 on
-    every size around the warp, block and sort sizes, on clustered, tied, grouped, duplicated and
-    non-finite inputs, both centre and score dtypes."""
+    """Variant 4 (the default from 2049 to 4096 boxes) and variant 5 (the default up to 2048)
+    give the bits of the CPU and of variant 1 on every size around the warp, tile, block and sort
+    sizes, on clustered, tied, grouped, duplicated and non-finite inputs, both centre and score
+    dtypes."""
     for name, c, s, g in block_cases(gen, N):
         for dtype, score_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float64),
                                    (torch.float32, torch.float64)):
@@ -916,11 +932,13 @@ def test_cuda_block_v2_matches_cpu_and_block_v1(cuda, gen, N):
             for radius in (0.5, 2.0):
                 want = cpu_variant(cc, ss, radius, g)
                 args = (*to(cuda, cc, ss)[:2], radius, None if g is None else g.cuda())
-                v1, v4 = variant_op(*args, 1), variant_op(*args, 4)
+                v1 = variant_op(*args, 1)
                 what = f"{name}, N={N}, {dtype}, scores {score_dtype}, radius {radius}"
-                for a, b, c1, part in zip(v4, want, v1, ("keep_mask", "keep_idx", "num_kept")):
-                    assert_equal(a, b, what=f"{part} vs cpu, {what}")
-                    assert_equal(a, c1, what=f"{part} vs variant 1, {what}")
+                for variant in (4, 5) if N <= TILE_MAX else (4,):
+                    got = variant_op(*args, variant)
+                    for a, b, c1, part in zip(got, want, v1, ("keep_mask", "keep_idx", "num_kept")):
+                        assert_equal(a, b, what=f"{part} of variant {variant} vs cpu, {what}")
+                        assert_equal(a, c1, what=f"{part} of variant {variant} vs variant 1, {what}")
 
 
 def test_variant_opcheck(device, gen):
@@ -931,3 +949,4 @@ def test_variant_opcheck(device, gen):
         torch.library.opcheck(variant_op, (c, s, 0.5, g, 2))
         torch.library.opcheck(variant_op, (c, s, 0.5, g, 3))
         torch.library.opcheck(variant_op, (c, s, 0.5, g, 4))
+        torch.library.opcheck(variant_op, (c, s, 0.5, g, 5))
