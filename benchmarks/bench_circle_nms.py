@@ -214,8 +214,9 @@ def peer_main(args):
         paths = {"circle_nms": lambda: pcops.circle_nms(c, s, 1.0),
                  "circle_nms_mask": lambda: pcops.circle_nms_mask(c, s, 1.0)}
         for variant, name in ((1, "block path (variant op)"), (4, "block path v2 (variant op)"),
+                              (5, "pair-tile path (variant op)"),
                               (2, "bitmask path (variant op)"), (3, "grid path (variant op)")):
-            if variant in (1, 4) and n > 4096:
+            if (variant in (1, 4) and n > 4096) or (variant == 5 and n > 2048):
                 continue
             out = _circle_nms_variant(c, s, 1.0, None, variant)
             assert torch.equal(out[0], mask) and torch.equal(out[1][:len(keep)], keep), name

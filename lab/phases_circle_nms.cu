@@ -1,10 +1,13 @@
 /*
  * phases_circle_nms.cu -- where the time of the single-block circle NMS kernel v2 (variant 4)
- * goes: includes kernels/circle_nms.cu with PCOPS_NMS_PHASES defined, so that thread 0 of the
- * kernel prints the clock64 cycles of each phase (sort, grid, cells, lists, scan, outputs),
- * and times every variant with CUDA events (warm L2) on the peer benchmark's kind of input:
- * N boxes uniform in a 100 m x 100 m square, radius 1, scores descending (the sort is skipped)
- * or random. Not part of `make -C lab` (it is a .cu that compiles the kernel itself):
+ * and of the pair-tile path (variant 5) goes: includes kernels/circle_nms.cu with
+ * PCOPS_NMS_PHASES defined, so that thread 0 of the v2 body prints the clock64 cycles of each
+ * phase (sort, grid, cells, lists, scan, outputs) and block 0 of the tiles kernel its own
+ * (order check, tiles, the wait for the other blocks, ranks and flags, scan and decode, the v2
+ * finish) with globaltimer stamps across blocks; it times variants 4 and 5 with CUDA events
+ * (L2 flushed; the printf inflates them) on the peer benchmark's kind of input: N boxes uniform
+ * in a 100 m x 100 m square, radius 1, scores descending (the sort is skipped) or random. Not
+ * part of `make -C lab` (it is a .cu that compiles the kernel itself):
  *
  *   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Ikernels \
  *        lab/phases_circle_nms.cu kernels/common.c -Xcompiler -fopenmp -o /tmp/nms_phases
@@ -18,8 +21,11 @@
 #include <vector>
 
 int main() {
+    const size_t kFlushBytes = size_t(256) << 20;
+    void* flush = nullptr;
+    cudaMalloc(&flush, kFlushBytes);
     for (int shuffled = 0; shuffled < 2; ++shuffled) {
-        for (int N : {1000, 4096}) {
+        for (int N : {500, 1000, 2048, 4096}) {
             std::vector<float> c(2 * N), s(N);
             srand(1000 + N);
             for (int i = 0; i < N; ++i) {
@@ -42,8 +48,10 @@ int main() {
             cudaEvent_t a, b;
             cudaEventCreate(&a);
             cudaEventCreate(&b);
-            for (int v = 1; v <= 4; ++v) {
-                for (int r = 0; r < 3; ++r) {  // the first call warms up
+            for (int v = 4; v <= 5; ++v) {
+                if (v == 5 && N > PCOPS_CIRCLE_NMS_CUDA_TILE_MAX) continue;
+                for (int r = 0; r < 4; ++r) {  // the first call warms up
+                    cudaMemsetAsync(flush, 0, kFlushBytes);  // L2 flushed, as the benchmarks do
                     cudaEventRecord(a);
                     const cudaError_t e = pcops_circle_nms_cuda_variant(
                         PCOPS_FLOAT32, dc, 2, PCOPS_FLOAT32, ds, nullptr, N, 1.0, ws, dm, di,
