@@ -2495,7 +2495,7 @@ cudaError_t tiles_attributes(int* bytes, int* blocks) {
 }
 
 // The pair-tile path; the v2 kernel where no cooperative launch of the tiles kernel can run
-// (the device has none, or fewer blocks fit than one: a shared GPU).
+// (the device has none, or not one block of it fits: a shared GPU).
 template <typename T, typename S>
 cudaError_t launch_tiles(const NmsPlan& plan, const T* centers, int64_t D, const S* scores,
                          const int64_t* groups, int64_t N, double radius2, void* workspace,

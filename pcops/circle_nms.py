@@ -148,8 +148,9 @@ def _circle_nms_variant_fake(centers, scores, radius, groups, variant):
 def _circle_nms_variant(centers, scores, radius, groups=None, variant=0):
     """Internal, for tests and benchmarks: the NMS through one CUDA path (0: by size, 1: the
     single-block kernel, N <= 4096; 2: the bitmask path, N**2/8 bytes of workspace; 3: the
-    grid path; 4: the single-block kernel v2, N <= 4096, what 0 takes up to 4096 boxes; the CPU
-    has one path, 0). Returns
+    grid path; 4: the single-block kernel v2, N <= 4096; 5: the pair-tile path, N <= 2048 (the
+    pairs over the whole GPU, then one block); 0 takes 5 from 512 to 2048 boxes, 4 otherwise up
+    to 4096, 3 above; the CPU has one path, 0). Returns
     (keep_mask [N] bool, keep_idx [N] int64 with -1 past the kept ones, num_kept [1] int64);
     every path gives the same bits."""
     return torch.ops.pcops._circle_nms_variant.default(centers, scores, radius, groups, variant)

@@ -14,7 +14,7 @@ nms_op = torch.ops.pcops.circle_nms.default
 mask_op = torch.ops.pcops.circle_nms_mask.default
 variant_op = torch.ops.pcops._circle_nms_variant.default
 BLOCK_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX: the single-block CUDA path up to here
-TILE_MAX = 2048  # PCOPS_CIRCLE_NMS_CUDA_TILE_MAX: the pair-tile CUDA path (the default) up to here
+TILE_MAX = 2048  # PCOPS_CIRCLE_NMS_CUDA_TILE_MAX: the pair-tile CUDA path up to here
 
 
 # ---------------------------------------------------------------------------------------------
@@ -921,10 +921,10 @@ def block_cases(gen, N):
 @pytest.mark.parametrize("N", [1, 2, 31, 33, 63, 64, 65, 100, 127, 129, 255, 257, 500, 511, 513,
                                1000, 1023, 1025, 2047, 2049, 3000, 4095, 4096])
 def test_cuda_block_v2_matches_cpu_and_block_v1(cuda, gen, N):
-    """Variant 4 (the default from 2049 to 4096 boxes) and variant 5 (the default up to 2048)
-    give the bits of the CPU and of variant 1 on every size around the warp, tile, block and sort
-    sizes, on clustered, tied, grouped, duplicated and non-finite inputs, both centre and score
-    dtypes."""
+    """Variant 4 (the default below 512 boxes and from 2049 to 4096) and variant 5 (the default
+    from 512 to 2048) give the bits of the CPU and of variant 1 on every size around the warp,
+    tile, block and sort sizes, on clustered, tied, grouped, duplicated and non-finite inputs,
+    both centre and score dtypes."""
     for name, c, s, g in block_cases(gen, N):
         for dtype, score_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float64),
                                    (torch.float32, torch.float64)):
