@@ -2,14 +2,15 @@
 // kernels/circle_nms.* (which also compute the visiting order from the scores).
 //
 // Per CUDA call: circle_nms allocates keep_idx (N int64), launches one kernel (N <= 4096: the
-// pair-tile path's cooperative kernel for 512 to 2048 boxes, else the single-block v2) whose
+// dataflow path's cooperative kernel, a block per 32 boxes) whose
 // count goes straight into a pinned, device-mapped host slot, and waits for that count (its one
 // host synchronisation: the output size depends on the data; no copy is queued after the
 // kernel). The kernel writes the count before its outputs, and the host polls the slot, so the
 // call returns while the kernel finishes keep_idx (stream order covers every later use); past
 // kPollUs it falls back to cudaStreamSynchronize (long kernels: the runtime's own wait).
-// circle_nms_mask allocates keep_mask and launches, nothing else. The pair-tile path (512 to
-// 2048 boxes) and the grid path (N > 4096) add one workspace allocation. N = 0 launches nothing. Half
+// circle_nms_mask allocates keep_mask and launches, nothing else. A small workspace (the
+// dataflow path's, N <= 4096) shares the output's allocation; the grid path's (N > 4096) is a
+// second one. N = 0 launches nothing. Half
 // inputs are upcast first (exact: same order, same ties).
 //
 // Autograd: the outputs are int64 / bool, so nothing is differentiable; a fallthrough for the
@@ -125,34 +126,61 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cpu(
 // CUDA
 
 #ifdef PCOPS_WITH_CUDA
-// Launches the NMS of `variant` (0: by size) on the current stream. Any of the three output
-// pointers may be null. No host synchronisation.
-void launch_cuda(const char* op, const NmsInputs& c, int64_t variant, bool* keep_mask,
-                 int64_t* keep_idx, int64_t* num_kept) {
+// Checks that `variant` (0: by size) can take the inputs; returns its workspace bytes.
+size_t cuda_workspace_bytes(const char* op, const NmsInputs& c, int64_t variant) {
     TORCH_CHECK_VALUE(c.N <= PCOPS_CIRCLE_NMS_CUDA_MAX, "pcops.", op,
                       ": argument 'centers' must hold at most ", PCOPS_CIRCLE_NMS_CUDA_MAX,
                       " boxes on CUDA (the suppression mask takes N**2/8 bytes), got ",
                       describe(c.centers));
-    TORCH_CHECK_VALUE(variant >= 0 && variant <= 5 &&
+    TORCH_CHECK_VALUE(variant >= 0 && variant <= 6 &&
                           ((variant != 1 && variant != 4) ||
                            c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX) &&
-                          (variant != 5 || c.N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX),
+                          (variant != 5 || c.N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX) &&
+                          (variant != 6 || c.N <= PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX),
                       "pcops.", op, ": argument 'variant' must be 0 (by size), 1 (single "
                       "block, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX, "), 2 (bitmask), 3 "
                       "(grid), 4 (single block v2, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX,
-                      ") or 5 (pair tiles, N <= ", PCOPS_CIRCLE_NMS_CUDA_TILE_MAX, "), got ",
+                      "), 5 (pair tiles, N <= ", PCOPS_CIRCLE_NMS_CUDA_TILE_MAX,
+                      ") or 6 (dataflow, N <= ", PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX, "), got ",
                       variant, " for N = ", c.N);
-    const pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
-    const pcops_dtype score_dtype = to_pcops_dtype(c.scores.scalar_type());
-    const size_t bytes =
-        pcops_circle_nms_cuda_workspace_bytes(dtype, score_dtype, c.N, (int)variant);
-    at::Tensor workspace;  // the pair-tile, bitmask and grid paths
-    if (bytes > 0) workspace = at::empty({(int64_t)bytes}, c.centers.options().dtype(at::kByte));
+    return pcops_circle_nms_cuda_workspace_bytes(to_pcops_dtype(c.centers.scalar_type()),
+                                                 to_pcops_dtype(c.scores.scalar_type()), c.N,
+                                                 (int)variant);
+}
+
+// Launches the NMS of `variant` on the current stream with `workspace` (cuda_workspace_bytes of
+// it). Any of the three output pointers may be null. No host synchronisation.
+void launch_cuda(const char* op, const NmsInputs& c, int64_t variant, void* workspace,
+                 bool* keep_mask, int64_t* keep_idx, int64_t* num_kept) {
     check_cuda(op, pcops_circle_nms_cuda_variant(
-                       dtype, c.centers.data_ptr(), c.D, score_dtype, c.scores.data_ptr(),
-                       ptr_or_null(c.groups), c.N, c.radius2,
-                       bytes > 0 ? workspace.data_ptr() : nullptr, keep_mask, keep_idx,
+                       to_pcops_dtype(c.centers.scalar_type()), c.centers.data_ptr(), c.D,
+                       to_pcops_dtype(c.scores.scalar_type()), c.scores.data_ptr(),
+                       ptr_or_null(c.groups), c.N, c.radius2, workspace, keep_mask, keep_idx,
                        num_kept, (int)variant, at::cuda::getCurrentCUDAStream()));
+}
+
+// Workspaces up to this size share the output's allocation (the dataflow path's: 4.4 bytes a
+// box, 18 KB at 4096); larger ones (the grid path's, 250 bytes a box) get their own, so that
+// the output does not hold them.
+constexpr size_t kSharedWorkspaceMax = 64 * 1024;
+
+// The output (N elements of `dtype`) in `out` and the workspace (every path but 1 and 4): ONE
+// allocation when the workspace is small (it starts at the first 256-byte boundary past the
+// output, whose size is then set to N), else its own in `ws`. Returns the workspace (or null).
+void* output_and_workspace(at::Tensor& out, at::Tensor& ws, const NmsInputs& c,
+                           at::ScalarType dtype, size_t workspace_bytes) {
+    const auto opts = c.centers.options();
+    if (workspace_bytes == 0 || workspace_bytes > kSharedWorkspaceMax) {
+        out = at::empty({c.N}, opts.dtype(dtype));
+        if (workspace_bytes == 0) return nullptr;
+        ws = at::empty({(int64_t)workspace_bytes}, opts.dtype(at::kByte));
+        return ws.data_ptr();
+    }
+    const int64_t elem = (int64_t)c10::elementSize(dtype);
+    const int64_t offset = (c.N * elem + 255) / 256 * 256;
+    out = at::empty({(offset + (int64_t)workspace_bytes + elem - 1) / elem}, opts.dtype(dtype));
+    out.unsafeGetTensorImpl()->set_sizes_contiguous({c.N});  // no view, no dispatch
+    return (char*)out.data_ptr() + offset;
 }
 
 NmsInputs prepare_cuda(const char* op, const at::Tensor& centers, const at::Tensor& scores,
@@ -218,7 +246,8 @@ at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, 
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    at::Tensor out = at::empty({c.N}, c.centers.options().dtype(at::kLong));
+    at::Tensor out, ws;
+    void* workspace = output_and_workspace(out, ws, c, at::kLong, cuda_workspace_bytes(op, c, 0));
     if (c.N == 0) return out;
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -228,7 +257,7 @@ at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, 
                 "use pcops.circle_nms_mask there");
     const CountSlot count = pinned_count_slot();
     *count.host = -1;  // the previous call read its count: no kernel writes this slot now
-    launch_cuda(op, c, 0, nullptr, out.data_ptr<int64_t>(), count.device);
+    launch_cuda(op, c, 0, workspace, nullptr, out.data_ptr<int64_t>(), count.device);
     // The one host synchronisation: the output size depends on the data.
     const int64_t kept = wait_for_count(op, count.host, stream);
     // shrink the fresh output in place (no view, no dispatch): keep_idx[:K]
@@ -242,8 +271,10 @@ at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& sco
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    at::Tensor keep_mask = at::empty({c.N}, c.centers.options().dtype(at::kBool));
-    launch_cuda(op, c, 0, keep_mask.data_ptr<bool>(), nullptr, nullptr);
+    at::Tensor keep_mask, ws;
+    void* workspace =
+        output_and_workspace(keep_mask, ws, c, at::kBool, cuda_workspace_bytes(op, c, 0));
+    launch_cuda(op, c, 0, workspace, keep_mask.data_ptr<bool>(), nullptr, nullptr);
     return keep_mask;
 }
 
@@ -258,7 +289,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cuda(
     at::Tensor keep_mask = at::empty({c.N}, opts.dtype(at::kBool));
     at::Tensor keep_idx = at::empty({c.N}, opts.dtype(at::kLong));
     at::Tensor num_kept = at::empty({1}, opts.dtype(at::kLong));
-    launch_cuda(op, c, variant, keep_mask.data_ptr<bool>(), keep_idx.data_ptr<int64_t>(),
+    const size_t bytes = cuda_workspace_bytes(op, c, variant);
+    at::Tensor workspace;
+    if (bytes > 0) workspace = at::empty({(int64_t)bytes}, opts.dtype(at::kByte));
+    launch_cuda(op, c, variant, bytes > 0 ? workspace.data_ptr() : nullptr,
+                keep_mask.data_ptr<bool>(), keep_idx.data_ptr<int64_t>(),
                 num_kept.data_ptr<int64_t>());
     return {keep_mask, keep_idx, num_kept};
 }

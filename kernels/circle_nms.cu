@@ -10,10 +10,12 @@
  * (earlier) of its group when pcops_dist2_xy (geometry.h: dx*dx + dy*dy, every operation
  * rounded on its own) < (T)radius2. CPU and CUDA therefore keep exactly the same boxes.
  *
- * Five paths; the launch plan (nms_plan, from N alone) takes 5 from kTileMinBoxes to
- * kTileMaxBoxes boxes, 4 otherwise up to kBlockMaxBoxes, and 3 above; tests and benchmarks force
- * any of them through `variant` (pcops.h). Path 4, the block path v2, and path 5, the pair-tile
- * path, are described in their sections below (what they change and why).
+ * Six paths; the launch plan (nms_plan, from N alone) takes 6, the dataflow path, up to
+ * kFlowMaxBoxes boxes (4 where its cooperative launch cannot run), and 3 above; tests and
+ * benchmarks force any of them through `variant` (pcops.h). Path 4, the block path v2, path 5,
+ * the pair-tile path, and path 6 are described in their sections below (what they change and
+ * why); 1, 2, 4 and 5 are no longer chosen by size (6 is faster on every input measured: kept
+ * for comparison and as 6's fallback).
  *
  * 1. Block path, N <= kBlockMaxBoxes: ONE launch of ONE thread block (nms_block_kernel),
  *    everything in shared memory, no workspace:
@@ -1275,8 +1277,8 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
 }
 
 // ------------------------------------------------------------------------------------------
-// Pair-tile path (variant 5, N <= kTileMaxBoxes): the pairs tested by the whole GPU, the greedy
-// decided by one block.
+// Pair-tile path (variant 5, N <= kTileMaxBoxes; forced only since the dataflow path): the pairs
+// tested by the whole GPU, the greedy decided by one block.
 //
 // The v2 kernel runs on one SM while the others idle; with scores out of order half of its time
 // is the sort. Here one cooperative launch of up to a block per SM:
@@ -1303,11 +1305,6 @@ nms_block_v2_kernel(const T* __restrict__ centers, int64_t D, const S* __restric
 // 85k out of order. Everything on block 0's path is a memory or barrier latency.
 
 constexpr int kTileMaxBoxes = PCOPS_CIRCLE_NMS_CUDA_TILE_MAX;
-// The smallest N the size-based plan gives this path: at 500 boxes (H100) it is level with v2
-// on scores in visiting order (kernel 9.0 against 8.9 us; block 0's clock 15 % more) and 31 %
-// fewer cycles on scores out of order (v2 sorts them on one SM); from 1000 up it is level with
-// v2 or faster on both. Below 500 it was not measured.
-constexpr int kTileMinBoxes = PCOPS_CIRCLE_NMS_CUDA_TILE_MIN;
 constexpr int kTileRows = 32;        // rows of a tile: a lane each
 constexpr int kTilesPerBlock = 4;    // tiles a block takes at least (fewer blocks below that)
 
@@ -1620,6 +1617,324 @@ nms_tiles_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__
     }
 #endif
 }
+
+// ------------------------------------------------------------------------------------------
+// Dataflow path (variant 6, N <= kFlowMaxBoxes): the greedy decided where the pairs are tested.
+//
+// The pair-tile path tests the pairs over every SM, but then waits at a grid barrier and hands
+// everything to block 0, whose gather and greedy cost as much as the tests saved (its phases
+// above). Here nothing is handed over: block r owns the 32 positions 32r .. 32r + 31 (a lane
+// each) and decides them itself, reading the states of their preds in earlier blocks as those
+// blocks publish them. One cooperative launch of ceil(N / 32) blocks (every block resident):
+//   a. every block loads all scores (as sort items), centres and groups into shared memory and
+//      checks whether the scores are already in visiting order (every block alike). If they
+//      are not, block r counts, for its 32 boxes (by index), the boxes visited before each:
+//      that is the box's position, and it writes order[position] = box. Block r also clears
+//      its state and count words. One grid barrier (the clears and `order` are then visible);
+//   b. (scores out of order) the centres and groups of positions < 32 (r + 1) gathered into
+//      position order through `order`;
+//   c. the pairs of block r's rows (lane l: position p = 32r + l) with the columns before them,
+//      in chunks of 32 columns, a warp a chunk: the in-block chunk gives each row its in-block
+//      pred word (bit t: position 32r + t < p is a pred), the earlier chunks a list of nonzero
+//      (chunk, word) entries per row. Only the lower triangle is tested: positions, not
+//      indices, and nothing is ever sorted;
+//   d. warp 0 applies the rule of "Rounds" (kept iff no pred kept) as a dataflow: each
+//      undecided row walks its far entries, reading the owning block's state word (kept bits,
+//      removed bits: published facts, so any mix of older and newer states is true), and
+//      stops at the first undecided pred (a row with a kept pred is removed); the rows no longer
+//      waiting on a far pred are then resolved in order from the in-block words, and the new
+//      states are published (one atomicOr). A block waits only on earlier blocks, so every
+//      block ends (induction on r). A chain of preds along the visiting order costs a global
+//      round trip per block it crosses (at most ceil(N / 32) - 1) and an in-order step per row;
+//   e. keep_mask per row; for keep_idx / num_kept block r publishes its kept count and sums the
+//      counts of blocks < r (a look-back without chaining: every block publishes its own count);
+//      the last block writes num_kept (first: a host may be polling it) and -1 past the kept
+//      entries.
+// Work: N**2 / 2 pair tests over ceil(N / 32) SMs, N**2 / 2 score comparisons more when the
+// scores are out of order, and N loads of every input per block (L2-resident). Workspace:
+// order (int32 [N]), a state word and a count per block.
+constexpr int kFlowMaxBoxes = PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX;
+constexpr int kFlowRows = 32;       // positions a block owns: a lane each of warp 0
+constexpr int kFlowThreads = 512;   // block size
+
+// The dataflow path's workspace (global memory); one layout for the size query and the launch.
+struct FlowWorkspace {
+    int32_t* order;    // [N] position -> box (scores out of order)
+    uint64_t* state;   // [RB] kept bits | removed bits << 32 of block r's rows (published)
+    uint32_t* count;   // [RB] 1 + kept rows of block r, 0 until published
+    size_t bytes;
+};
+
+FlowWorkspace flow_layout(void* base, int64_t N) {
+    const int64_t RB = (N + kFlowRows - 1) / kFlowRows;
+    FlowWorkspace w;
+    pcops_carver c = pcops_carver_init(base);
+    w.order = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
+    w.state = (uint64_t*)pcops_carve(&c, RB, sizeof(uint64_t));
+    w.count = (uint32_t*)pcops_carve(&c, RB, sizeof(uint32_t));
+    w.bytes = pcops_carver_bytes(&c);
+    return w;
+}
+
+// Shared memory of the dataflow kernel for N boxes (M = 32 * RB entries per array: the pads
+// past N are set too); one carving for the host (size) and the device (pointers).
+template <typename T, typename S>
+struct FlowSmem {
+    V2Item<S>* key;   // [M] sort items by box (a, before the grid barrier); then the storage
+                      // of xyp (b, after it)
+    V2Pair<T>* xy;    // [M] centres by box
+    V2Pair<T>* xyp;   // [M] centres by position (xy itself when the scores are in order)
+    int64_t* g;       // [M] groups by box (groups given)
+    int64_t* gp;      // [M] groups by position (scores out of order)
+    uint2* list;      // [32][RB] far entries of each row: (chunk, pred word)
+    size_t bytes;
+};
+
+template <typename T, typename S>
+__host__ __device__ FlowSmem<T, S> flow_smem(void* base, int N, bool with_groups) {
+    const int RB = (N + kFlowRows - 1) / kFlowRows, M = RB * kFlowRows;
+    SmemCarver c(base);
+    FlowSmem<T, S> s;
+    const size_t key_bytes = (size_t)M * (sizeof(V2Item<S>) > sizeof(V2Pair<T>)
+                                              ? sizeof(V2Item<S>)
+                                              : sizeof(V2Pair<T>));
+    s.key = (V2Item<S>*)c.take(key_bytes);
+    s.xy = (V2Pair<T>*)c.take((size_t)M * sizeof(V2Pair<T>));
+    s.xyp = (V2Pair<T>*)s.key;
+    s.g = with_groups ? (int64_t*)c.take((size_t)M * sizeof(int64_t)) : nullptr;
+    s.gp = with_groups ? (int64_t*)c.take((size_t)M * sizeof(int64_t)) : nullptr;
+    s.list = (uint2*)c.take((size_t)kFlowRows * RB * sizeof(uint2));
+    s.bytes = c.off;
+    return s;
+}
+
+__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* p) {
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint32_t load_relaxed(const uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void store_relaxed(uint32_t* p, uint32_t v) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Pred word of row (xi, yi, gi) against the 32 columns of chunk c (positions 32c + k, k < kmax).
+template <bool kGroups, typename T>
+__device__ __forceinline__ uint32_t flow_chunk_word(const V2Pair<T>* __restrict__ xyp,
+                                                    const int64_t* __restrict__ gp, int c,
+                                                    T xi, T yi, int64_t gi, T r2, int kmax) {
+    uint32_t w = 0;
+    const V2Pair<T>* col = xyp + c * kFlowRows;
+#pragma unroll
+    for (int k = 0; k < kFlowRows; ++k) {
+        const V2Pair<T> q = col[k];
+        const bool pred = k < kmax && (!kGroups || gp[c * kFlowRows + k] == gi) &&
+                          dist2_xy(q.x, q.y, xi, yi) < r2;
+        w |= (uint32_t)pred << k;
+    }
+    return w;
+}
+
+#ifdef PCOPS_NMS_PHASES
+__device__ unsigned long long g_flow_first_start = ~0ull;
+#define FLOW_CLOCK(i) (tid == 0 ? (void)(fck[i] = clock64()) : (void)0)
+#else
+#define FLOW_CLOCK(i) ((void)0)
+#endif
+
+// ceil(N / 32) blocks of kFlowThreads threads (a cooperative launch: all resident), dynamic
+// shared memory flow_smem(N, groups).bytes. N in [1, kFlowMaxBoxes].
+template <typename T, typename S>
+__global__ void __launch_bounds__(kFlowThreads, 1)
+nms_flow_kernel(const T* __restrict__ centers, int64_t D, const S* __restrict__ scores,
+                const int64_t* __restrict__ groups, int N, T r2, FlowWorkspace ws,
+                bool* __restrict__ keep_mask, int64_t* __restrict__ keep_idx,
+                int64_t* __restrict__ num_kept) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ uint32_t s_rank[kFlowRows], s_nlist[kFlowRows], s_inpred[kFlowRows];
+    __shared__ int32_t s_order[kFlowRows];
+    const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
+    const int nwarps = nthreads >> 5;
+    const int r = blockIdx.x, RB = gridDim.x, M = RB * kFlowRows;
+    const FlowSmem<T, S> sm = flow_smem<T, S>(smem, N, groups != nullptr);
+#ifdef PCOPS_NMS_PHASES
+    long long fck[8] = {0};
+    unsigned long long gt_start = 0;
+    if (tid == 0) {
+        gt_start = global_ns();
+        atomicMin(&g_flow_first_start, gt_start);
+    }
+#endif
+    FLOW_CLOCK(0);
+
+    // a. the inputs by box; in visiting order?
+    if (tid < kFlowRows) {
+        s_rank[tid] = 0;
+        s_nlist[tid] = 0;
+    }
+    if (tid == 0) {
+        ws.state[r] = 0;
+        ws.count[r] = 0;
+    }
+#pragma unroll 4
+    for (int k = tid; k < M; k += nthreads) {
+        const bool in = k < N;
+        sm.key[k] = in ? V2Item<S>::make(scores[k], k) : V2Item<S>::pad();
+        sm.xy[k] = in ? V2Pair<T>{centers[(int64_t)k * D], centers[(int64_t)k * D + 1]}
+                      : V2Pair<T>{(T)NAN, (T)NAN};  // past N: within the radius of nothing
+        if (groups) sm.g[k] = in ? groups[k] : 0;
+    }
+    __syncthreads();
+    FLOW_CLOCK(1);
+    bool ok = true;
+    for (int k = tid; k < N - 1; k += nthreads) ok = ok && sm.key[k].before(sm.key[k + 1]);
+    const bool in_order = __syncthreads_and(ok);
+    const int row = r * kFlowRows + lane;  // block r's box (a) or position (c, d, e) of lane
+    if (!in_order) {  // position of box `row`: the boxes visited before it
+        const V2Item<S> ki = row < N ? sm.key[row] : V2Item<S>::pad();
+        const int j0 = (int)((int64_t)N * warp / nwarps);
+        const int j1 = (int)((int64_t)N * (warp + 1) / nwarps);
+        uint32_t before = 0;
+        for (int j = j0; j < j1; ++j) before += sm.key[j].before(ki);
+        if (row < N) atomicAdd(&s_rank[lane], before);
+        __syncthreads();
+        if (tid < kFlowRows && row < N) ws.order[s_rank[tid]] = row;
+    }
+    FLOW_CLOCK(2);
+    cg::this_grid().sync();
+    FLOW_CLOCK(3);
+
+    // b. positions < 32 (r + 1) in position order (written by other blocks: read past L1)
+    const V2Pair<T>* xyp = sm.xy;
+    const int64_t* gp = sm.g;
+    if (!in_order) {
+        const int P1 = (r + 1) * kFlowRows;
+        for (int k = tid; k < P1; k += nthreads) {
+            const int o = k < N ? __ldcg(ws.order + k) : -1;
+            sm.xyp[k] = o >= 0 ? sm.xy[o] : V2Pair<T>{(T)NAN, (T)NAN};
+            if (groups) sm.gp[k] = o >= 0 ? sm.g[o] : 0;
+            if (k >= r * kFlowRows) s_order[k - r * kFlowRows] = o;
+        }
+        __syncthreads();
+        xyp = sm.xyp;
+        gp = sm.gp;
+    } else if (tid < kFlowRows) {
+        s_order[tid] = row < N ? row : -1;
+    }
+
+    // c. the pairs of the block's rows with the earlier positions, a warp a chunk of 32
+    {
+        const bool valid = row < N;
+        const V2Pair<T> pi = xyp[row];
+        const int64_t gi = groups ? gp[row] : 0;
+        for (int c = warp; c <= r; c += nwarps) {
+            const int kmax = c < r ? kFlowRows : lane;  // in-block: the positions before p
+            uint32_t w = groups ? flow_chunk_word<true>(xyp, gp, c, pi.x, pi.y, gi, r2, kmax)
+                                : flow_chunk_word<false>(xyp, gp, c, pi.x, pi.y, gi, r2, kmax);
+            if (!valid) w = 0;
+            if (c == r) {
+                s_inpred[lane] = w;
+            } else if (w) {
+                const uint32_t slot = atomicAdd(&s_nlist[lane], 1u);
+                sm.list[lane * RB + slot] = make_uint2((uint32_t)c, w);
+            }
+        }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    FLOW_CLOCK(4);
+
+    // d. the decisions (warp 0; lanes are rows)
+    const bool valid = row < N;
+    const uint32_t ip = s_inpred[lane];
+    const int E = (int)s_nlist[lane];
+    const uint2* L = sm.list + lane * RB;
+    const uint32_t has_in = __ballot_sync(0xffffffffu, ip != 0);
+    uint32_t K = 0, R = ~__ballot_sync(0xffffffffu, valid);  // rows past N: removed
+    uint32_t pub = 0;  // the bits published
+    int e = 0;
+    uint32_t wcur = E > 0 ? L[0].y : 0;  // the preds of entry e not yet known removed
+    bool hit = false;                      // a far pred is kept
+    for (;;) {
+        const bool open = !(((K | R) >> lane) & 1u);
+        bool wait = false;
+        if (open && !hit) {
+            while (e < E) {
+                const uint64_t st = load_relaxed(ws.state + L[e].x);
+                if (wcur & (uint32_t)st) {
+                    hit = true;
+                    break;
+                }
+                wcur &= ~(uint32_t)(st >> 32);
+                if (wcur) {
+                    wait = true;
+                    break;
+                }
+                if (++e < E) wcur = L[e].y;
+            }
+        }
+        R |= __ballot_sync(0xffffffffu, open && hit);
+        const uint32_t ready = ~(K | R) & ~__ballot_sync(0xffffffffu, open && wait);
+        K |= ready & ~has_in;  // no pred left anywhere
+        for (uint32_t m = ready & has_in; m; m &= m - 1) {  // in order: earlier rows first
+            const int t = __ffs(m) - 1;
+            const uint32_t it = __shfl_sync(0xffffffffu, ip, t);
+            if (it & K)
+                R |= 1u << t;
+            else if (!(it & ~(K | R)))
+                K |= 1u << t;
+        }
+        if ((K | R) != pub) {
+            if (lane == 0)
+                atomicOr((unsigned long long*)(ws.state + r),
+                         (unsigned long long)K | ((unsigned long long)R << 32));
+            pub = K | R;
+        }
+        if (pub == 0xffffffffu) break;
+    }
+
+    // e. outputs
+    FLOW_CLOCK(5);
+    const int box = s_order[lane];
+    const bool kept = (K >> lane) & 1u;
+    if (keep_mask && valid) keep_mask[box] = kept;
+    if (!keep_idx && !num_kept) return;
+    const int n = __popc(K);
+    if (lane == 0) store_relaxed(ws.count + r, (uint32_t)n + 1u);
+    int before = 0;
+    for (int c = lane; c < r; c += 32) {
+        uint32_t v;
+        while ((v = load_relaxed(ws.count + c)) == 0) {
+        }
+        before += (int)v - 1;
+    }
+    before = warp_sum(before);
+    const int64_t total = before + n;
+    if (r == RB - 1 && lane == 0 && num_kept) *num_kept = total;  // first: a host may poll it
+    if (keep_idx) {
+        if (kept) keep_idx[before + __popc(K & ((1u << lane) - 1u))] = box;
+        if (r == RB - 1)
+            for (int64_t p = total + lane; p < N; p += 32) keep_idx[p] = -1;
+    }
+#ifdef PCOPS_NMS_PHASES
+    FLOW_CLOCK(6);
+    if (tid == 0 && r == RB - 1) {
+        printf("flow N=%d blocks=%d ordered=%d kept=%lld | last block: start %llu ns after the "
+               "first, end %llu ns | cycles: loads %lld, order check (+ranks) %lld, grid sync "
+               "%lld, pairs %lld, decisions %lld, outputs %lld, total %lld\n",
+               N, RB, (int)in_order, (long long)total, gt_start - g_flow_first_start,
+               global_ns() - g_flow_first_start, fck[1] - fck[0], fck[2] - fck[1],
+               fck[3] - fck[2], fck[4] - fck[3], fck[5] - fck[4], fck[6] - fck[5],
+               fck[6] - fck[0]);
+        g_flow_first_start = ~0ull;
+    }
+#endif
+}
+#undef FLOW_CLOCK
 
 // ------------------------------------------------------------------------------------------
 // Bitmask path
@@ -2270,25 +2585,24 @@ int next_pow2(int n) {
 // The launch plan, computed once from the sizes (by the size query and the launcher alike).
 struct NmsPlan {
     int variant;  // 1 block path, 2 bitmask path, 3 grid path, 4 block path v2, 5 pair-tile
-                  // path, 0 nothing to launch (N == 0)
+                  // path, 6 dataflow path, 0 nothing to launch (N == 0)
     int P;        // block paths: sort size
     int threads;  // block paths: block size
     int items;    // block path v2 (and the pair-tile path's v2 body): sort items per thread
 };
 
-// variant: 0 by size, 1 block, 2 bitmask, 3 grid, 4 block v2, 5 pair tiles. ok = false when
+// variant: 0 by size, 1 block, 2 bitmask, 3 grid, 4 block v2, 5 pair tiles, 6 dataflow. ok = false when
 // the variant cannot take N.
 NmsPlan nms_plan(int64_t N, int variant, bool& ok) {
     NmsPlan plan{0, 0, 0, 0};
     ok = N >= 0 && (N + kBoxesPerWord - 1) / kBoxesPerWord <= kMaxBlocks && variant >= 0 &&
-         variant <= 5;
+         variant <= 6;
     if (!ok || N == 0) return plan;
-    plan.variant = variant != 0 ? variant
-                                : (N >= kTileMinBoxes && N <= kTileMaxBoxes
-                                       ? 5
-                                       : (N <= kBlockMaxBoxes ? 4 : 3));
-    if (plan.variant == 4 || plan.variant == 5) {
-        if (N > (plan.variant == 5 ? kTileMaxBoxes : kBlockMaxBoxes)) {
+    plan.variant = variant != 0 ? variant : (N <= kFlowMaxBoxes ? 6 : 3);
+    if (plan.variant == 4 || plan.variant == 5 || plan.variant == 6) {
+        // (6 keeps 4's plan for its fallback)
+        if (N > (plan.variant == 5 ? kTileMaxBoxes
+                                   : (plan.variant == 6 ? kFlowMaxBoxes : kBlockMaxBoxes))) {
             ok = false;
             return plan;
         }
@@ -2457,17 +2771,21 @@ cudaError_t launch_block_v2(const NmsPlan& plan, const T* centers, int64_t D, co
     return cudaGetLastError();
 }
 
-// The pair-tile kernel's shared memory (as the v2 kernel's: all a block may opt into) and how
-// many of its blocks fit on the device at once (0: no cooperative launch); measured once per
-// device (ordinal < 64).
-template <typename T, typename S>
-cudaError_t tiles_attributes(int* bytes, int* blocks) {
-    static std::atomic<int> cached_bytes[64], cached_blocks[64];  // zero until measured
+// Per device (ordinal < 64), measured once: the dynamic shared memory a block of a cooperative
+// kernel may opt into (all of it) and how many of its blocks fit on the device at once with that
+// much (0: the device has no cooperative launch).
+struct CoopAttributes {
+    std::atomic<int> bytes[64], blocks[64];  // zero until measured
+};
+
+template <typename Kernel>
+cudaError_t coop_attributes(Kernel* kernel, int threads, CoopAttributes& cache, int* bytes,
+                            int* blocks) {
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
-    if (dev < 64 && (*bytes = cached_bytes[dev].load()) > 0) {
-        *blocks = cached_blocks[dev].load();
+    if (dev < 64 && (*bytes = cache.bytes[dev].load()) > 0) {
+        *blocks = cache.blocks[dev].load();
         return cudaSuccess;
     }
     int optin = 0, sms = 0, cooperative = 0, per_sm = 0;
@@ -2477,21 +2795,27 @@ cudaError_t tiles_attributes(int* bytes, int* blocks) {
     if (err == cudaSuccess)
         err = cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, dev);
     cudaFuncAttributes attr;
-    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, nms_tiles_kernel<T, S>);
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, kernel);
     if (err != cudaSuccess) return err;
     *bytes = optin - (int)attr.sharedSizeBytes;
-    err = cudaFuncSetAttribute(nms_tiles_kernel<T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               *bytes);
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, *bytes);
     if (err == cudaSuccess && cooperative)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, nms_tiles_kernel<T, S>,
-                                                            kV2Threads, (size_t)*bytes);
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
+                                                            (size_t)*bytes);
     if (err != cudaSuccess) return err;
     *blocks = per_sm * sms;
     if (dev < 64) {
-        cached_blocks[dev].store(*blocks);
-        cached_bytes[dev].store(*bytes);  // last: a nonzero size marks the entry complete
+        cache.blocks[dev].store(*blocks);
+        cache.bytes[dev].store(*bytes);  // last: a nonzero size marks the entry complete
     }
     return cudaSuccess;
+}
+
+// The pair-tile kernel's (the v2 kernel's shared memory: all a block may opt into).
+template <typename T, typename S>
+cudaError_t tiles_attributes(int* bytes, int* blocks) {
+    static CoopAttributes cache;
+    return coop_attributes(nms_tiles_kernel<T, S>, kV2Threads, cache, bytes, blocks);
 }
 
 // The pair-tile path; the v2 kernel where no cooperative launch of the tiles kernel can run
@@ -2526,6 +2850,44 @@ cudaError_t launch_tiles(const NmsPlan& plan, const T* centers, int64_t D, const
                     (void*)&ntri,    (void*)&keep_mask, (void*)&keep_idx, (void*)&num_kept};
     err = cudaLaunchCooperativeKernel((const void*)nms_tiles_kernel<T, S>, dim3(blocks),
                                       dim3(plan.threads), args, (size_t)bytes, stream);
+    if (err == cudaErrorCooperativeLaunchTooLarge) {  // fewer SMs free than measured
+        (void)cudaGetLastError();
+        return launch_block_v2(plan, centers, D, scores, groups, N, radius2, keep_mask,
+                               keep_idx, num_kept, stream);
+    }
+    return err;
+}
+
+// The dataflow kernel's.
+template <typename T, typename S>
+cudaError_t flow_attributes(int* bytes, int* blocks) {
+    static CoopAttributes cache;
+    return coop_attributes(nms_flow_kernel<T, S>, kFlowThreads, cache, bytes, blocks);
+}
+
+// The dataflow path; the v2 kernel (no workspace) where its ceil(N / 32) blocks cannot all be
+// resident (no cooperative launch, a small or shared GPU) or its shared memory does not fit.
+template <typename T, typename S>
+cudaError_t launch_flow(const NmsPlan& plan, const T* centers, int64_t D, const S* scores,
+                        const int64_t* groups, int64_t N, double radius2, void* workspace,
+                        bool* keep_mask, int64_t* keep_idx, int64_t* num_kept,
+                        cudaStream_t stream) {
+    int bytes = 0, max_blocks = 0;
+    cudaError_t err = flow_attributes<T, S>(&bytes, &max_blocks);
+    if (err != cudaSuccess) return err;
+    int n = (int)N;
+    const int64_t RB = (N + kFlowRows - 1) / kFlowRows;
+    const size_t need = flow_smem<T, S>(nullptr, n, groups != nullptr).bytes;
+    if (RB > max_blocks || need > (size_t)bytes)
+        return launch_block_v2(plan, centers, D, scores, groups, N, radius2, keep_mask,
+                               keep_idx, num_kept, stream);
+    T r2 = (T)radius2;  // rounded as the CPU rounds it
+    FlowWorkspace ws = flow_layout(workspace, N);
+    void* args[] = {(void*)&centers, (void*)&D,         (void*)&scores,   (void*)&groups,
+                    (void*)&n,       (void*)&r2,        (void*)&ws,       (void*)&keep_mask,
+                    (void*)&keep_idx, (void*)&num_kept};
+    err = cudaLaunchCooperativeKernel((const void*)nms_flow_kernel<T, S>, dim3((unsigned)RB),
+                                      dim3(kFlowThreads), args, need, stream);
     if (err == cudaErrorCooperativeLaunchTooLarge) {  // fewer SMs free than measured
         (void)cudaGetLastError();
         return launch_block_v2(plan, centers, D, scores, groups, N, radius2, keep_mask,
@@ -2722,6 +3084,9 @@ cudaError_t launch_by_score(const NmsPlan& plan, const T* centers, int64_t D,
             case 5:
                 return launch_tiles(plan, centers, D, s, groups, N, radius2, workspace,
                                     keep_mask, keep_idx, num_kept, stream);
+            case 6:
+                return launch_flow(plan, centers, D, s, groups, N, radius2, workspace,
+                                   keep_mask, keep_idx, num_kept, stream);
             default:
                 return launch_grid(centers, D, score_dtype, s, groups, N, radius2, workspace,
                                    keep_mask, keep_idx, num_kept, stream);
@@ -2743,6 +3108,7 @@ extern "C" size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype,
         return 0;
     if (plan.variant == 2) return mask_layout(nullptr, elem, score_dtype, N, 0).bytes;
     if (plan.variant == 5) return tile_layout(nullptr, N).bytes;
+    if (plan.variant == 6) return flow_layout(nullptr, N).bytes;
     return grid_layout(nullptr, elem, score_dtype, N, 0).bytes;
 }
 
@@ -2756,7 +3122,8 @@ extern "C" cudaError_t pcops_circle_nms_cuda_variant(
     if (score_dtype != PCOPS_FLOAT32 && score_dtype != PCOPS_FLOAT64)
         return cudaErrorInvalidValue;
     if (N > 0 && (!centers || !scores ||
-                  ((plan.variant == 2 || plan.variant == 3 || plan.variant == 5) &&
+                  ((plan.variant == 2 || plan.variant == 3 || plan.variant == 5 ||
+                    plan.variant == 6) &&
                    !workspace)))
         return cudaErrorInvalidValue;
     if (N == 0)

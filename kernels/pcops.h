@@ -483,9 +483,8 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
                                       int64_t N, int64_t C, int64_t M, int64_t S, void* workspace,
                                       void* grad_features, cudaStream_t stream);
 
-/* Circle NMS on CUDA. variant 0: by size (what pcops_circle_nms_cuda does: 5 from
- * PCOPS_CIRCLE_NMS_CUDA_TILE_MIN to PCOPS_CIRCLE_NMS_CUDA_TILE_MAX boxes, 4 otherwise up to
- * PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX, else 3); 1: the single-block kernel (one launch,
+/* Circle NMS on CUDA. variant 0: by size (what pcops_circle_nms_cuda does: 6 up to
+ * PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX boxes, else 3); 1: the single-block kernel (one launch,
  * everything in shared memory: the score sort, a spatial grid, the greedy scan; no workspace);
  * 2: the bitmask path (a cub radix sort of the score keys, a suppression bitmask of
  * N * ceil(N/64) 64-bit words, about N**2 / 8 bytes, then a scan by one thread block; kept for
@@ -497,13 +496,17 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
  * fit in shared memory); 5: the pair-tile path (one cooperative launch: the pairs tested in
  * 32 x 64 tiles over every SM, then one block decides as 4 does from the pred lists it gathers,
  * or runs 4's whole body where they do not fit; a workspace of about N**2 / 8 bytes at most; 4
- * where the device has no cooperative launch). N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX for 1 and 4,
- * N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX for 5, N <= PCOPS_CIRCLE_NMS_CUDA_MAX for 2 and 3. The
+ * where the device has no cooperative launch); 6: the dataflow path (one cooperative launch of
+ * ceil(N / 32) blocks, each testing its 32 boxes against the earlier ones and deciding them as
+ * the states of their earlier neighbours are published by the other blocks; a workspace of
+ * about 4.4 bytes per box; 4 where its blocks cannot all be resident). N <=
+ * PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX for 1 and 4, N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX for 5, N <=
+ * PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX for 6, N <= PCOPS_CIRCLE_NMS_CUDA_MAX for 2 and 3. The
  * results are identical. cudaErrorInvalidValue for a variant that cannot take N. On CUDA
  * num_kept may be NULL too (circle_nms_mask needs only the mask). */
 #define PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX 4096
-#define PCOPS_CIRCLE_NMS_CUDA_TILE_MIN 512
 #define PCOPS_CIRCLE_NMS_CUDA_TILE_MAX 2048
+#define PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX 4096
 #define PCOPS_CIRCLE_NMS_CUDA_MAX ((int64_t)65535 * 64)
 size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype, pcops_dtype score_dtype,
                                              int64_t N, int variant);

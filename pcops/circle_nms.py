@@ -54,11 +54,10 @@ def circle_nms(
         int64 ``[K]``: the indices into ``centers`` of the kept boxes, in visiting order (by
         descending score).
 
-    Memory: on CUDA, up to 4096 boxes take one launch: from 512 to 2048 boxes the pairs are
-    tested over the whole GPU and one thread block decides (a workspace of about N**2 / 8
-    bytes: 0.5 MB at 2048), otherwise one thread block's shared memory does everything (no
-    workspace); more boxes are sorted into a spatial grid in a workspace of about 250 bytes per
-    box (the neighbour lists of the parallel rounds); at most 4194240 boxes. The CPU needs
+    Memory: on CUDA, up to 4096 boxes take one launch of a thread block per 32 boxes, each
+    testing its boxes against the earlier ones and deciding them (a workspace of about 4.4
+    bytes per box); more boxes are sorted into a spatial grid in a workspace of about 250 bytes
+    per box (the neighbour lists of the parallel rounds); at most 4194240 boxes. The CPU needs
     O(N).
 
     Example:
@@ -97,8 +96,8 @@ def circle_nms_mask(
     Returns:
         bool ``[N]``: True where the box is kept.
 
-    Memory: as :func:`circle_nms` (on CUDA: about N**2 / 8 bytes of workspace from 512 to 2048
-    boxes, none otherwise up to 4096, else about 250 bytes per box).
+    Memory: as :func:`circle_nms` (on CUDA: about 4.4 bytes of workspace per box up to 4096
+    boxes, else about 250 bytes per box).
 
     Example:
         >>> centers, scores = torch.rand(4096, 3) * 50, torch.rand(4096)
@@ -149,8 +148,9 @@ def _circle_nms_variant(centers, scores, radius, groups=None, variant=0):
     """Internal, for tests and benchmarks: the NMS through one CUDA path (0: by size, 1: the
     single-block kernel, N <= 4096; 2: the bitmask path, N**2/8 bytes of workspace; 3: the
     grid path; 4: the single-block kernel v2, N <= 4096; 5: the pair-tile path, N <= 2048 (the
-    pairs over the whole GPU, then one block); 0 takes 5 from 512 to 2048 boxes, 4 otherwise up
-    to 4096, 3 above; the CPU has one path, 0). Returns
+    pairs over the whole GPU, then one block); 6: the dataflow path, N <= 4096 (a block per 32
+    boxes deciding them as the earlier blocks publish theirs; 4 where its blocks cannot all be
+    resident); 0 takes 6 up to 4096 boxes, 3 above; the CPU has one path, 0). Returns
     (keep_mask [N] bool, keep_idx [N] int64 with -1 past the kept ones, num_kept [1] int64);
     every path gives the same bits."""
     return torch.ops.pcops._circle_nms_variant.default(centers, scores, radius, groups, variant)

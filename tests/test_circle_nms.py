@@ -15,6 +15,7 @@ mask_op = torch.ops.pcops.circle_nms_mask.default
 variant_op = torch.ops.pcops._circle_nms_variant.default
 BLOCK_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX: the single-block CUDA path up to here
 TILE_MAX = 2048  # PCOPS_CIRCLE_NMS_CUDA_TILE_MAX: the pair-tile CUDA path up to here
+FLOW_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX: the dataflow CUDA path up to here
 
 
 # ---------------------------------------------------------------------------------------------
@@ -504,7 +505,7 @@ def test_cuda_side_stream(cuda, gen):
     assert_equal(torch.nonzero(mask).flatten(), expected.sort().values)
 
 
-# the pair-tile path (a cooperative launch), the single-block path, and the grid path
+# the dataflow path (a cooperative launch) and the grid path
 @pytest.mark.parametrize("N", [1000, 3000, 5000])
 def test_cuda_mask_graph_capture(cuda, gen, N):
     centers, scores, groups = detections(N, gen, n_groups=2)
@@ -678,8 +679,9 @@ def test_second_gpu(gen):
 
 # ---------------------------------------------------------------------------------------------
 # every path gives the same bits: the CPU, the CUDA single-block kernels (variant 1 and its v2,
-# variant 4, N <= 4096), the CUDA pair-tile path (variant 5, N <= 2048), the CUDA bitmask path
-# (variant 2) and the CUDA grid path (variant 3), each forced through the internal op's argument
+# variant 4, N <= 4096), the CUDA pair-tile path (variant 5, N <= 2048), the CUDA dataflow path
+# (variant 6, N <= 4096), the CUDA bitmask path (variant 2) and the CUDA grid path (variant 3),
+# each forced through the internal op's argument
 
 
 def path_cases(gen):
@@ -801,7 +803,8 @@ def test_cuda_every_path_matches_cpu(cuda, gen, dtype, score_dtype):
         c, s = c.to(dtype), s.to(score_dtype)
         want_mask, want_idx, want_n = cpu_variant(c, s, radius, g)
         variants = ([0, 2, 3] + ([1, 4] if len(c) <= BLOCK_MAX else [])
-                    + ([5] if len(c) <= TILE_MAX else []))
+                    + ([5] if len(c) <= TILE_MAX else [])
+                    + ([6] if len(c) <= FLOW_MAX else []))
         for variant in variants:
             mask, idx, n = variant_op(*to(cuda, c, s)[:2], radius,
                                       None if g is None else g.cuda(), variant)
@@ -816,15 +819,18 @@ def test_cuda_single_block_limit(cuda, gen):
     for variant in (1, 4):
         with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be"):
             variant_op(c, s, 1.0, None, variant)
-    with pytest.raises(ValueError, match=r"5 \(pair tiles, N <= 2048\), got 5 for N = 2049"):
+    with pytest.raises(ValueError, match=r"5 \(pair tiles, N <= 2048\) or 6 \(dataflow, N <= "
+                                         r"4096\), got 5 for N = 2049"):
         variant_op(c[:TILE_MAX + 1], s[:TILE_MAX + 1], 1.0, None, 5)
-    for bad in (-1, 6):
+    with pytest.raises(ValueError, match=r"6 \(dataflow, N <= 4096\), got 6 for N = 4097"):
+        variant_op(c, s, 1.0, None, 6)
+    for bad in (-1, 7):
         with pytest.raises(ValueError, match=r"argument 'variant' must be"):
             variant_op(c[:10], s[:10], 1.0, None, bad)
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("N", [1, 65, 700, 2100])  # 2100: a 4096-key sort by 1024 threads
 def test_cuda_paths_sanitizer(cuda, gen, variant, N):
     if variant == 5:
@@ -871,7 +877,7 @@ def test_cuda_block_v2_modes_sanitizer(cuda, gen, dense, N):
     sorted_s = torch.sort(s, descending=True).values
     for cc, ss, gg in ((c, s, g), (c.double(), s.double(), g), (c, s, None), (c, sorted_s, g)):
         want = cpu_variant(cc, ss, radius, gg)
-        for variant in (4, 5) if N <= TILE_MAX else (4,):
+        for variant in (4, 5, 6) if N <= TILE_MAX else (4, 6):
             got = variant_op(*to(cuda, cc, ss)[:2], radius, None if gg is None else gg.cuda(),
                              variant)
             for a, b in zip(got, want):
@@ -921,8 +927,8 @@ def block_cases(gen, N):
 @pytest.mark.parametrize("N", [1, 2, 31, 33, 63, 64, 65, 100, 127, 129, 255, 257, 500, 511, 513,
                                1000, 1023, 1025, 2047, 2049, 3000, 4095, 4096])
 def test_cuda_block_v2_matches_cpu_and_block_v1(cuda, gen, N):
-    """Variant 4 (the default below 512 boxes and from 2049 to 4096) and variant 5 (the default
-    from 512 to 2048) give the bits of the CPU and of variant 1 on every size around the warp,
+    """Variant 6 (the default up to 4096 boxes), variant 4 (its fallback) and variant 5 (N <=
+    2048) give the bits of the CPU and of variant 1 on every size around the warp,
     tile, block and sort sizes, on clustered, tied, grouped, duplicated and non-finite inputs,
     both centre and score dtypes."""
     for name, c, s, g in block_cases(gen, N):
@@ -934,7 +940,7 @@ def test_cuda_block_v2_matches_cpu_and_block_v1(cuda, gen, N):
                 args = (*to(cuda, cc, ss)[:2], radius, None if g is None else g.cuda())
                 v1 = variant_op(*args, 1)
                 what = f"{name}, N={N}, {dtype}, scores {score_dtype}, radius {radius}"
-                for variant in (4, 5) if N <= TILE_MAX else (4,):
+                for variant in (4, 5, 6) if N <= TILE_MAX else (4, 6):
                     got = variant_op(*args, variant)
                     for a, b, c1, part in zip(got, want, v1, ("keep_mask", "keep_idx", "num_kept")):
                         assert_equal(a, b, what=f"{part} of variant {variant} vs cpu, {what}")
@@ -950,3 +956,4 @@ def test_variant_opcheck(device, gen):
         torch.library.opcheck(variant_op, (c, s, 0.5, g, 3))
         torch.library.opcheck(variant_op, (c, s, 0.5, g, 4))
         torch.library.opcheck(variant_op, (c, s, 0.5, g, 5))
+        torch.library.opcheck(variant_op, (c, s, 0.5, g, 6))
