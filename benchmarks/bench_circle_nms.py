@@ -215,8 +215,9 @@ def peer_main(args):
                  "circle_nms_mask": lambda: pcops.circle_nms_mask(c, s, 1.0)}
         for variant, name in ((1, "block path (variant op)"), (4, "block path v2 (variant op)"),
                               (5, "pair-tile path (variant op)"),
+                              (6, "dataflow path (variant op)"),
                               (2, "bitmask path (variant op)"), (3, "grid path (variant op)")):
-            if (variant in (1, 4) and n > 4096) or (variant == 5 and n > 2048):
+            if (variant in (1, 4, 6) and n > 4096) or (variant == 5 and n > 2048):
                 continue
             out = _circle_nms_variant(c, s, 1.0, None, variant)
             assert torch.equal(out[0], mask) and torch.equal(out[1][:len(keep)], keep), name
@@ -230,6 +231,14 @@ def peer_main(args):
         paths["circle_nms, input shuffled"] = lambda: pcops.circle_nms(c_shuffled, s_shuffled, 1.0)
         paths["circle_nms_mask, input shuffled"] = (
             lambda: pcops.circle_nms_mask(c_shuffled, s_shuffled, 1.0))
+        for variant in (4, 5, 6):
+            if (variant == 5 and n > 2048) or n > 4096:
+                continue
+            out = _circle_nms_variant(c_shuffled, s_shuffled, 1.0, None, variant)
+            assert torch.equal(perm[out[1][:len(keep)]], keep), variant
+            paths[f"variant {variant}, input shuffled"] = (
+                (lambda v: lambda: _circle_nms_variant(c_shuffled, s_shuffled, 1.0, None, v))(
+                    variant))
         for name, fn in paths.items():
             host = peer_time(fn, flush, "host")
             event = peer_time(fn, flush, "event")

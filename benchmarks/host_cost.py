@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host time of a call with the GPU kept busy (CUDA): how long the Python call itself takes
-before it returns, for the peer rows whose time is mostly the call's host part (K2, Q1, F1)
-against a bare `torch.add`. The GPU is kept busy by zeroing a 256 MB buffer three times before
+before it returns, for the peer rows whose time is mostly the call's host part (K2, Q1, F1,
+C1's circle_nms_mask and its paths through the variant op) against a bare `torch.add`. The GPU is kept busy by zeroing a 256 MB buffer three times before
 each timed call, so the call never waits for the device; median of 50 calls, in us.
 
     python3 benchmarks/host_cost.py
@@ -31,11 +31,23 @@ def main():
     x = rand_points((32, 1024), 2, dev)
     a = torch.zeros(1000, device=dev)
     busy = torch.empty(2**26, device=dev)
+    g = torch.Generator().manual_seed(2000)
+    nc = (torch.rand(1000, 2, generator=g) * 100).to(dev)
+    ns = torch.linspace(1.0, 0.0, 1000).to(dev)
+    from pcops.circle_nms import _circle_nms_variant
+    mask_op = torch.ops.pcops.circle_nms_mask.default
     cases = {"torch.add": lambda: torch.add(a, 1),
              "knn K2 (16 x 4096, k=16)": lambda: pcops.knn(q, r, 16),
              "ball_query Q1 (32 x 512 of 1024)": lambda: pcops.ball_query(qb, rb, 0.2, 32),
              "furthest_point_sample F1 (32 x 1024 -> 512)":
-                 lambda: pcops.furthest_point_sample(x, 512)}
+                 lambda: pcops.furthest_point_sample(x, 512),
+             "torch.empty (1000 int64)": lambda: torch.empty(1000, dtype=torch.long, device=dev),
+             "circle_nms_mask C1 (1000)": lambda: pcops.circle_nms_mask(nc, ns, 1.0),
+             "torch.ops.pcops.circle_nms_mask (1000)": lambda: mask_op(nc, ns, 1.0, None),
+             "circle NMS variant op 6 (cooperative launch)":
+                 lambda: _circle_nms_variant(nc, ns, 1.0, None, 6),
+             "circle NMS variant op 4 (plain launch)":
+                 lambda: _circle_nms_variant(nc, ns, 1.0, None, 4)}
     print(torch.cuda.get_device_name(dev), torch.__version__)
     for name, fn in cases.items():
         for _ in range(20):

@@ -1,10 +1,13 @@
 /*
- * phases_circle_nms.cu -- where the time of the single-block circle NMS kernel v2 (variant 4)
- * and of the pair-tile path (variant 5) goes: includes kernels/circle_nms.cu with
+ * phases_circle_nms.cu -- where the time of the single-block circle NMS kernel v2 (variant 4),
+ * of the pair-tile path (variant 5) and of the dataflow path (variant 6) goes: includes
+ * kernels/circle_nms.cu with
  * PCOPS_NMS_PHASES defined, so that thread 0 of the v2 body prints the clock64 cycles of each
  * phase (sort, grid, cells, lists, scan, outputs) and block 0 of the tiles kernel its own
  * (order check, tiles, the wait for the other blocks, ranks and flags, scan and decode, the v2
- * finish) with globaltimer stamps across blocks; it times variants 4 and 5 with CUDA events
+ * finish) with globaltimer stamps across blocks, and the last block of the dataflow kernel its
+ * own (loads, order check, grid barrier, pairs, decisions, outputs: the block that finishes
+ * last); it times variants 4, 5 and 6 with CUDA events
  * (L2 flushed; the printf inflates them) on the peer benchmark's kind of input: N boxes uniform
  * in a 100 m x 100 m square, radius 1, scores descending (the sort is skipped) or random. Not
  * part of `make -C lab` (it is a .cu that compiles the kernel itself):
@@ -48,7 +51,7 @@ int main() {
             cudaEvent_t a, b;
             cudaEventCreate(&a);
             cudaEventCreate(&b);
-            for (int v = 4; v <= 5; ++v) {
+            for (int v = 4; v <= 6; ++v) {
                 if (v == 5 && N > PCOPS_CIRCLE_NMS_CUDA_TILE_MAX) continue;
                 for (int r = 0; r < 4; ++r) {  // the first call warms up
                     cudaMemsetAsync(flush, 0, kFlushBytes);  // L2 flushed, as the benchmarks do
