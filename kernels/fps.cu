@@ -18,7 +18,9 @@
  *   SIMPLE   one block per cloud, temp in the workspace, coordinates from xyz (any N; the
  *            reference path).
  *   WARP     several clouds per block, a few warps per cloud, points and temps in registers;
- *            one named barrier per step among the cloud's warps (none with one warp).
+ *            one named barrier per step among the cloud's warps (none with one warp). Float
+ *            clouds in registers (WARP, BLOCK) hold runs of points and meet in a tree over
+ *            the warps' slots (group_farthest_keys). AUTO up to 128 float points (512 double).
  *   BLOCK    the same kernel with one cloud per block and up to 32 warps.
  *   BLOCK_PRUNED  the block path with the cloud dealt to the warps by space (a counting sort
  *            of its points into Morton-ordered cells, in shared memory, at the start); each
@@ -26,8 +28,8 @@
  *            from the box as the warp's farthest temp: late steps update a few warps. Float
  *            clouds of 8193-12288 points keep their points in shared memory; the others keep a
  *            copy there by index for the step's sample lookup (this kernel's large shared
- *            memory leaves little L1, so a global load went to L2). AUTO from 2048
- *            points to the block path's cap, and for float clouds up to 12288 points with
+ *            memory leaves little L1, so a global load went to L2). AUTO from 1025
+ *            float points (2048 double) to the block path's cap, and for float clouds up to 12288 points with
  *            fewer than 2048 samples.
  *   CLUSTER  (sm_90) a thread-block cluster per cloud; each block holds a slice of the cloud
  *            (in registers, or temp in the workspace for clouds too large for them) and
@@ -336,34 +338,60 @@ __device__ __forceinline__ Candidate<T> group_farthest_at(Candidate<T> c, uint32
 // is not the floats', and never decides a step: while samples remain, the cloud has an unchosen
 // valid point, temp >= 0). So the largest key, ties to the lowest index, is farther()'s winner,
 // and a key needs no conversion either way (warp_farthest's order-preserving map costs three
-// dependent instructions before each redux and two after). A warp reduces by two redux (the
-// largest key, then the lowest index that holds it); with several warps lane 0 stores (key,
-// index) to the warp's slot (a predicated store), one barrier, and lane q < warps reads slot q
-// for two redux again. Slots: [parity][warps] of (key, index), as the candidates of
-// group_farthest_at. (Every thread reading all slots into a tree of maxima and minima instead
-// of the second pair of redux measured slower at 8 warps: F1's kernel 147 us against 132.)
-__device__ __forceinline__ Candidate<float> group_farthest_keys(int key, int index,
-                                                                uint32_t write_at,
-                                                                uint32_t read_at, bool reads,
-                                                                int warps, int barrier_id) {
+// dependent instructions before each redux and two after).
+//
+// The cloud is dealt to the threads in runs (thread r of the cloud holds points r * PPT ..
+// r * PPT + PPT - 1), so the order of the warps is the order of their indices. A warp reduces
+// by two redux (the largest key, then the lowest index that holds it); with several warps lane
+// 0 stores the key and the index to the warp's slots (predicated stores), one barrier, and
+// every thread reads all kSlots slots (4 keys or indices a 16-byte load) and keeps the first
+// largest key by a tree over adjacent runs of slots, the later run's winner only when strictly
+// larger: the lower index on a tie, because a warp's points all precede the next warp's. (A tree
+// pairing slot q with q + kSlots / 2 first would not: on a tie between the winners of {0, 4}
+// and {2, 6} it kept 4 over 2.) One compare and two selects a level, against the two redux (46
+// cycles each on the H100) of lane q < warps reading slot q before (stop 30, H100, F1's kernel:
+// 0.140 ms -> 0.129 in lab/fps_step.cu; the same tree on strided points needs the full (key,
+// index) order, three instructions deep a level: 0.147). Slots: [parity][kSlots keys, kSlots
+// indices] of int32 at `at` (this step's parity); the slots of warps >= warps hold INT_MIN keys
+// (fps_group_kernel writes them once).
+template <int kSlots>
+__device__ __forceinline__ Candidate<float> group_farthest_keys(int key, int index, uint32_t at,
+                                                                int w, int warps,
+                                                                int barrier_id) {
+    static_assert(kSlots == 8 || kSlots == 16, "slots a group");
     const int top = pcops_warp::max_i32(key);
     const uint32_t id = pcops_warp::min_u32(key == top ? (uint32_t)index : 0xffffffffu);
     if (warps == 1) return {__int_as_float(top), (int)id};
     asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0;\n\t"
-                 "@p st.shared.v2.b32 [%1], {%2, %3};\n\t}" ::"r"(threadIdx.x & 31),
-                 "r"(write_at), "r"(top), "r"(id)
+                 "@p st.shared.b32 [%1], %2;\n\t@p st.shared.b32 [%3], %4;\n\t}" ::"r"(
+                     threadIdx.x & 31),
+                 "r"(at + 4u * (uint32_t)w), "r"(top), "r"(at + 4u * (uint32_t)(kSlots + w)),
+                 "r"(id)
                  : "memory");  // lane 0, predicated (no branch on the chain)
     named_barrier(barrier_id, warps * 32);
-    int kq = INT_MIN;
-    uint32_t iq = 0xffffffffu;
-    if (reads)
-        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];"
-                     : "=r"(kq), "=r"(iq)
-                     : "r"(read_at)
+    int k[kSlots], i[kSlots];
+#pragma unroll
+    for (int q = 0; q < kSlots; q += 4) {
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(k[q]), "=r"(k[q + 1]), "=r"(k[q + 2]), "=r"(k[q + 3])
+                     : "r"(at + 4u * q)
                      : "memory");
-    const int top2 = pcops_warp::max_i32(kq);
-    const uint32_t id2 = pcops_warp::min_u32(kq == top2 ? iq : 0xffffffffu);
-    return {__int_as_float(top2), (int)id2};
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(i[q]), "=r"(i[q + 1]), "=r"(i[q + 2]), "=r"(i[q + 3])
+                     : "r"(at + 4u * (kSlots + q))
+                     : "memory");
+    }
+    // level h: slot q (2h | q) holds the winner of slots q .. q + h - 1 and meets the winner of
+    // the next h slots: adjacent runs, so a tie keeps the lower run
+#pragma unroll
+    for (int h = 1; h < kSlots; h *= 2)
+#pragma unroll
+        for (int q = 0; q < kSlots; q += 2 * h) {
+            const bool later = k[q + h] > k[q];
+            k[q] = later ? k[q + h] : k[q];
+            i[q] = later ? i[q + h] : i[q];
+        }
+    return {__int_as_float(k[0]), i[0]};
 }
 
 // The step's sample into row j by one thread (`on`), as predicated stores: a branch around
@@ -431,20 +459,29 @@ struct CloudRow {
 
 // ------------------------------------------------------------------------------------------
 // SIMPLE, WARP and BLOCK: `warps` warps per cloud, `clouds` clouds per block (<= 15: cloud g
-// of the block syncs on named barrier 1 + g). Dynamic shared memory: the slots,
-// clouds * 2 * warps candidates. kKeys (float in registers: WARP and BLOCK) reduces on temp
-// keys (group_farthest_keys); SIMPLE and double clouds by warp_farthest's (temp, index) pairs.
-// A step is one chain of latencies (the sample's coordinates, the update, two redux, the
-// barrier, two redux): its slots are addressed by 32-bit shared-window addresses computed before
-// the loop, row j is written by predicated stores, and the sample's address is one multiply-add
-// (stop 27, H100, F1's kernel: 158 us -> 144 with those, -> 132 with the keys).
+// of the block syncs on named barrier 1 + g). Dynamic shared memory: the slots (slot_bytes).
+// kSlots > 0 (float in registers: WARP and BLOCK, kSlots >= warps) deals each thread a run of
+// PPT points and reduces on temp keys (group_farthest_keys); SIMPLE and double clouds deal the
+// points by stride and reduce warp_farthest's (temp, index) pairs (clouds * 2 * warps
+// candidates). A step is one chain of latencies (the sample's coordinates, the update, two
+// redux, the barrier, the slots' tree): its slots are addressed by 32-bit shared-window
+// addresses computed before the loop, row j is written by predicated stores, and the sample's
+// address is one multiply-add (stop 27, H100, F1's kernel: 158 us -> 144 with those, -> 132 with
+// the keys; stop 30: -> ~121 with the runs and the tree).
 
-template <typename T, class Points, bool kKeys = false>
+template <typename T, int kSlots = 0>
+__host__ __device__ constexpr size_t slot_bytes(int warps, int clouds) {
+    return kSlots > 0 ? (size_t)clouds * 2 * 2 * kSlots * sizeof(int)
+                      : (size_t)clouds * 2 * warps * sizeof(Candidate<T>);
+}
+
+template <typename T, class Points, int kSlots = 0>
 __global__ void __launch_bounds__(max_threads<Points, T>())
 fps_group_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
                  const int64_t* __restrict__ start, int64_t B, int64_t N, int64_t npoint,
                  T* __restrict__ workspace, int64_t* __restrict__ idx, T* __restrict__ dist2,
                  int warps, int clouds) {
+    constexpr bool kKeys = kSlots > 0;
     static_assert(!kKeys || (sizeof(T) == 4 && Points::kPerThread > 0), "float registers");
     extern __shared__ __align__(16) unsigned char fps_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -458,15 +495,39 @@ fps_group_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
     const int n_out = (int)row.n_out;  // <= N <= INT_MAX (the plan)
 
     Points pts;
-    pts.load(row.cloud, workspace ? workspace + b * N : nullptr, rank, row.L, warps * 32);
+    if constexpr (kKeys)  // runs of PPT points: warp order is index order
+        pts.load(row.cloud, nullptr, rank * Points::kPerThread, row.L, 1);
+    else
+        pts.load(row.cloud, workspace ? workspace + b * N : nullptr, rank, row.L, warps * 32);
     int cur = start ? (int)pcops_positive_mod(start[b], row.L) : 0;
     if (rank == 0) {
         row.idx[0] = cur;
         row.dist2[0] = T(0);
     }
+    if constexpr (kKeys) {
+        // [parity][kSlots keys, kSlots indices] of this group; absent warps' slots never win
+        int* group_slots = reinterpret_cast<int*>(fps_smem) + group * 4 * kSlots;
+        const int parity = rank / kSlots, q = rank % kSlots;
+        if (rank < 2 * kSlots && q >= warps) {
+            group_slots[parity * 2 * kSlots + q] = INT_MIN;
+            group_slots[parity * 2 * kSlots + kSlots + q] = INT_MAX;
+        }  // ordered before any read by the first step's barrier
+        const uint32_t at0 = shared_address(group_slots);
+        for (int j = 1; j < n_out; ++j) {
+            T cx, cy, cz;
+            load_point_at(row.cloud, cur, cx, cy, cz);
+            int key, index;
+            pts.step_key(cur, cx, cy, cz, key, index);
+            const Candidate<T> c = group_farthest_keys<kSlots>(
+                key, index, at0 + ((j & 1) ? 8u * kSlots : 0u), w, warps, 1 + group);
+            store_sample(rank == 0, row.idx + j, row.dist2 + j, c);
+            cur = c.index;
+        }
+        return;
+    }
     // The step's slots: this warp's (write) and this lane's (read) of parity 0; parity 1 is
     // `half` bytes on.
-    constexpr uint32_t kSlot = sizeof(Candidate<T>);  // also a (key, index) pair for kKeys
+    constexpr uint32_t kSlot = sizeof(Candidate<T>);
     const uint32_t slots = shared_address(fps_smem) + (uint32_t)(group * 2 * warps) * kSlot;
     const uint32_t write0 = slots + (uint32_t)w * kSlot, read0 = slots + (uint32_t)lane * kSlot;
     const uint32_t half = (uint32_t)warps * kSlot;
@@ -475,16 +536,8 @@ fps_group_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths,
         T cx, cy, cz;
         load_point_at(row.cloud, cur, cx, cy, cz);
         const uint32_t flip = (j & 1) ? half : 0u;
-        Candidate<T> c;
-        if constexpr (kKeys) {
-            int key, index;
-            pts.step_key(cur, cx, cy, cz, key, index);
-            c = group_farthest_keys(key, index, write0 + flip, read0 + flip, reads, warps,
-                                    1 + group);
-        } else {
-            c = pts.step(cur, cx, cy, cz);
-            c = group_farthest_at(c, write0 + flip, read0 + flip, reads, warps, 1 + group);
-        }
+        Candidate<T> c = pts.step(cur, cx, cy, cz);
+        c = group_farthest_at(c, write0 + flip, read0 + flip, reads, warps, 1 + group);
         store_sample(rank == 0, row.idx + j, row.dist2 + j, c);
         cur = c.index;
     }
@@ -2133,9 +2186,12 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
     if (err != cudaSuccess) return err;
     if (variant == PCOPS_FPS_AUTO) {
         // Small clouds: a warp or two each, several per block (latency of one warp's shuffles).
-        // Clouds that fit one block's registers: a block each, from 2048 points with the warps
-        // skipping what a sample cannot change (BLOCK_PRUNED; 1024 points x32 -> 512: 0.236 ms
-        // against the block path's 0.202, so not below 2048); float clouds up to 12288 points
+        // Clouds that fit one block's registers: a block each, from 2048 points (float: 1025)
+        // with the warps skipping what a sample cannot change (BLOCK_PRUNED). Float, H100, stop
+        // 30 (runs and the slot tree), ms, warp / block / block_pruned: 64 x 128 -> 64 0.014 /
+        // 0.017 / 0.034; 128 x 256 -> 128 0.033 / 0.031 / 0.054; 64 x 512 -> 256 0.085 / 0.058
+        // / 0.095; 32 x 1024 -> 512 - / 0.135 / 0.171; 16 x 1500 -> 700 - / 0.294 / 0.243;
+        // 8 x 2000 -> 1000 - / 0.513 / 0.348. Float clouds up to 12288 points
         // with fewer than 2048 samples too, their points in shared memory (6 x 10000 -> 1000:
         // 0.93 ms against BUCKET_GROUPS' 1.31; 6 x 12288 -> 2000: 1.89 against 2.49; with more
         // samples the rounds catch up: 6 x 10240 -> 2000, 2.03 against 1.98). Larger clouds: the buckets, a
@@ -2152,8 +2208,8 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         // 4.79, F5 9.66 / 5.68 / 7.94), the groups below (F4, 1000 samples: 1.27 / 1.34 / 1.94).
         const int64_t block_cap = sizeof(T) == 4 ? 8192 : 4096;  // see plan_group
         const bool f32 = sizeof(T) == 4 && B * N <= INT_MAX;
-        if (N <= 512) variant = PCOPS_FPS_WARP;
-        else if (N < 2048) variant = PCOPS_FPS_BLOCK;
+        if (N <= (sizeof(T) == 4 ? 128 : 512)) variant = PCOPS_FPS_WARP;
+        else if (N < (sizeof(T) == 4 ? 1025 : 2048)) variant = PCOPS_FPS_BLOCK;
         else if (N <= block_cap) variant = PCOPS_FPS_BLOCK_PRUNED;
         else if (f32 && N <= kPrunedMaxFloat && npoint < 2048) variant = PCOPS_FPS_BLOCK_PRUNED;
         else if (f32 && d.major >= 9 && N >= 32768 && B * 8 <= d.sms && N <= 8 * 4096 * 256)
@@ -2416,17 +2472,31 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
             case PCOPS_FPS_SIMPLE:
             case PCOPS_FPS_WARP:
             case PCOPS_FPS_BLOCK: {
-                const size_t smem =
-                    (size_t)p->clouds_per_block * 2 * p->warps_per_cloud * sizeof(Candidate<T>);
-                if constexpr (sizeof(T) == 4 && Points::kPerThread > 0)
-                    fps_group_kernel<T, Points, true>
-                        <<<(unsigned)p->blocks, p->threads, smem, stream>>>(
-                            xyz, lengths, start, B, N, npoint, temp, idx, dist2,
-                            p->warps_per_cloud, p->clouds_per_block);
-                else
-                    fps_group_kernel<T, Points><<<(unsigned)p->blocks, p->threads, smem, stream>>>(
-                        xyz, lengths, start, B, N, npoint, temp, idx, dist2, p->warps_per_cloud,
-                        p->clouds_per_block);
+                const int warps = p->warps_per_cloud, clouds = p->clouds_per_block;
+                if constexpr (sizeof(T) == 4 && Points::kPerThread > 0) {
+                    // plan_group: 9-16 warps only with 4 points a thread (N <= 2048) or 16
+                    constexpr int kWide =
+                        Points::kPerThread == 4 || Points::kPerThread == 16 ? 16 : 8;
+                    if (warps <= 8)
+                        fps_group_kernel<T, Points, 8>
+                            <<<(unsigned)p->blocks, p->threads,
+                               slot_bytes<T, 8>(warps, clouds), stream>>>(
+                                xyz, lengths, start, B, N, npoint, temp, idx, dist2, warps,
+                                clouds);
+                    else if (kWide == 16 && warps <= 16)
+                        fps_group_kernel<T, Points, kWide>
+                            <<<(unsigned)p->blocks, p->threads,
+                               slot_bytes<T, kWide>(warps, clouds), stream>>>(
+                                xyz, lengths, start, B, N, npoint, temp, idx, dist2, warps,
+                                clouds);
+                    else
+                        return cudaErrorInvalidValue;  // plan_group: no more warps of float
+                } else {
+                    fps_group_kernel<T, Points>
+                        <<<(unsigned)p->blocks, p->threads, slot_bytes<T>(warps, clouds),
+                           stream>>>(xyz, lengths, start, B, N, npoint, temp, idx, dist2, warps,
+                                     clouds);
+                }
                 return cudaGetLastError();
             }
             case PCOPS_FPS_CLUSTER: {

@@ -533,8 +533,8 @@ def _skip_unless_path_takes(variant, dtype, N=1):
                                      "bucket_rounds_cluster"])
 @pytest.mark.parametrize("case", ["uniform", "ties", "duplicates", "utm"])
 @pytest.mark.parametrize("N,npoint", [(1, 1), (7, 9), (33, 33), (255, 100), (257, 257), (1000, 400),
-                                      (1024, 1024), (3001, 700), (4099, 1000), (8193, 2000),
-                                      (30001, 600)])
+                                      (1024, 1024), (1500, 700), (3001, 700), (4099, 1000),
+                                      (8193, 2000), (30001, 600)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     """Every CUDA path (simple, several clouds per block, block, cluster, grid) gives the CPU's
@@ -688,6 +688,19 @@ def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
     assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
                  fps_variant(xyz, 200, lengths, start, variant="simple")[0])
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("variant,N", [("warp", 300), ("block", 1000), ("block", 1500)])
+def test_cuda_sanitizer_register_slots(cuda, gen, variant, N):
+    """The register paths' slots: two warps a cloud and several clouds a block (warp, 300
+    points), 8 slots (block, 1000 points: 8 warps) and 16 (1500 points: 12 warps, 4 slots of
+    absent warps), on ragged clouds with duplicates."""
+    xyz, lengths, start = _path_inputs("duplicates", 5, N, gen, torch.float32)
+    gpu = fps_variant(xyz.cuda(), 400, lengths.cuda(), start.cuda(), variant=variant)
+    cpu = fps_variant(xyz, 400, lengths, start, variant="simple")
+    assert_equal(gpu[0], cpu[0], what="idx")
+    assert_equal(gpu[1], cpu[1], what="dist2")
 
 
 @pytest.mark.sanitizer
