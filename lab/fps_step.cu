@@ -27,7 +27,29 @@ __device__ __forceinline__ unsigned long long pack_key(int key, int index) {
            (unsigned long long)(0xffffffffu - (uint32_t)index);
 }
 
-// MODE: 0 the library's reduction (slots, barrier, two redux), coordinates from global memory
+// The reduction of the library before stop 30 (kept here as the lab's baseline): lane 0 stores
+// the warp's (key, index) to its slot, one barrier, lane q < warps reads slot q, two redux.
+__device__ __forceinline__ Candidate<float> slots_two_redux(int key, int index, uint32_t write_at,
+                                                            uint32_t read_at, bool reads,
+                                                            int warps, int barrier_id) {
+    const int top = pcops_warp::max_i32(key);
+    const uint32_t id = pcops_warp::min_u32(key == top ? (uint32_t)index : 0xffffffffu);
+    if (warps == 1) return {__int_as_float(top), (int)id};
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0;\n\t"
+                 "@p st.shared.v2.b32 [%1], {%2, %3};\n\t}" ::"r"(threadIdx.x & 31),
+                 "r"(write_at), "r"(top), "r"(id)
+                 : "memory");
+    named_barrier(barrier_id, warps * 32);
+    int kq = INT_MIN;
+    uint32_t iq = 0xffffffffu;
+    if (reads)
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(kq), "=r"(iq) : "r"(read_at) : "memory");
+    const int top2 = pcops_warp::max_i32(kq);
+    const uint32_t id2 = pcops_warp::min_u32(kq == top2 ? iq : 0xffffffffu);
+    return {__int_as_float(top2), (int)id2};
+}
+
+// MODE: 0 the reduction of the library before stop 30 (slots, barrier, two redux), coordinates from global memory
 //       1 the same, coordinates from a shared float4 copy of the cloud
 //       2 one redux (the warp's largest key); the lanes holding it do a 64-bit shared atomic max
 //         of the packed (key, index) into one of three words; barrier; every thread reads it.
@@ -81,7 +103,7 @@ step_kernel(const float* __restrict__ xyz, int64_t N, int64_t npoint, int64_t* _
         Candidate<float> c;
         if constexpr (MODE == 0 || MODE == 1) {
             const uint32_t flip = (j & 1) ? half : 0u;
-            c = group_farthest_keys(key, index, write0 + flip, read0 + flip, reads, warps, 1);
+            c = slots_two_redux(key, index, write0 + flip, read0 + flip, reads, warps, 1);
         } else if constexpr (MODE == 2 || MODE == 3 || MODE == 5) {
             const int s = j % 3;
             if (threadIdx.x == 0) words[(j + 1) % 3] = 0ull;  // read two steps ago
