@@ -27,6 +27,19 @@ __device__ __forceinline__ unsigned long long pack_key(int key, int index) {
            (unsigned long long)(0xffffffffu - (uint32_t)index);
 }
 
+// Block b's cloud and output rows (one cloud a block, every cloud N points).
+struct LabRow {
+    const float* cloud;
+    int64_t* idx;
+    float* dist2;
+    int L, n_out;
+    __device__ LabRow(const float* xyz, int64_t N, int64_t npoint, int64_t* idx_all,
+                      float* dist2_all)
+        : cloud(xyz + (int64_t)blockIdx.x * N * 3), idx(idx_all + (int64_t)blockIdx.x * npoint),
+          dist2(dist2_all + (int64_t)blockIdx.x * npoint), L((int)N),
+          n_out((int)(npoint < N ? npoint : N)) {}
+};
+
 // The reduction of the library before stop 30 (kept here as the lab's baseline): lane 0 stores
 // the warp's (key, index) to its slot, one barrier, lane q < warps reads slot q, two redux.
 __device__ __forceinline__ Candidate<float> slots_two_redux(int key, int index, uint32_t write_at,
@@ -65,11 +78,11 @@ step_kernel(const float* __restrict__ xyz, int64_t N, int64_t npoint, int64_t* _
     extern __shared__ __align__(16) unsigned char smem[];
     const int warps = blockDim.x >> 5;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t b = blockIdx.x;
-    const float* cloud = xyz + b * N * 3;
-    int64_t* row_idx = idx + b * npoint;
-    float* row_d = dist2 + b * npoint;
-    const int L = (int)N, n_out = (int)(npoint < N ? npoint : N);
+    const LabRow row(xyz, N, npoint, idx, dist2);
+    const float* cloud = row.cloud;
+    int64_t* row_idx = row.idx;
+    float* row_d = row.dist2;
+    const int L = row.L, n_out = row.n_out;
     RegisterPoints<float, PPT> pts;
     pts.load(cloud, nullptr, threadIdx.x, L, blockDim.x);
     // shared: [0, 64) words/slots; [64, ...) the cloud as float4
@@ -172,11 +185,11 @@ phase_kernel(const float* __restrict__ xyz, int64_t N, int64_t npoint, int64_t* 
     extern __shared__ __align__(16) unsigned char smem[];
     const int warps = blockDim.x >> 5;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t b = blockIdx.x;
-    const float* cloud = xyz + b * N * 3;
-    int64_t* row_idx = idx + b * npoint;
-    float* row_d = dist2 + b * npoint;
-    const int L = (int)N, n_out = (int)(npoint < N ? npoint : N);
+    const LabRow row(xyz, N, npoint, idx, dist2);
+    const float* cloud = row.cloud;
+    int64_t* row_idx = row.idx;
+    float* row_d = row.dist2;
+    const int L = row.L, n_out = row.n_out;
     RegisterPoints<float, PPT> pts;
     pts.load(cloud, nullptr, threadIdx.x, L, blockDim.x);
     const uint32_t sinkat = shared_address(smem) + 1024u + 4u * threadIdx.x;
@@ -231,7 +244,7 @@ phase_kernel(const float* __restrict__ xyz, int64_t N, int64_t npoint, int64_t* 
         acc[4] += t5 - t4;
         acc[5] += now() - t0;
     }
-    if (b == 0 && lane == 0)
+    if (blockIdx.x == 0 && lane == 0)
         for (int q = 0; q < 6; ++q) cycles[w * 6 + q] = acc[q] / (n_out - 1);
 }
 
@@ -306,11 +319,11 @@ tree_kernel(const float* __restrict__ xyz, int64_t N, int64_t npoint, int64_t* _
     __shared__ __align__(16) int sl[2][16];
     const int warps = blockDim.x >> 5;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t b = blockIdx.x;
-    const float* cloud = xyz + b * N * 3;
-    int64_t* row_idx = idx + b * npoint;
-    float* row_d = dist2 + b * npoint;
-    const int L = (int)N, n_out = (int)(npoint < N ? npoint : N);
+    const LabRow row(xyz, N, npoint, idx, dist2);
+    const float* cloud = row.cloud;
+    int64_t* row_idx = row.idx;
+    float* row_d = row.dist2;
+    const int L = row.L, n_out = row.n_out;
     constexpr bool kBlocked = MODE != 9;
     RegisterPoints<float, PPT> pts;
     if (kBlocked) pts.load(cloud, nullptr, threadIdx.x * PPT, L, 1);
