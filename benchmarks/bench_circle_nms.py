@@ -199,7 +199,8 @@ def kernel_time(fn, reps=20):
 
 
 def peer_main(args):
-    from pcops.circle_nms import _circle_nms_variant
+    from pcops._paths import PATHS, force
+    PATH_NAMES = {i: name for name, (i, _, _) in PATHS["circle_nms"].items()}
 
     device = args.device
     assert device.startswith("cuda"), "--peer times the CUDA ops"
@@ -219,9 +220,9 @@ def peer_main(args):
                               (2, "bitmask path (variant op)"), (3, "grid path (variant op)")):
             if (variant in (1, 4, 6) and n > 4096) or (variant == 5 and n > 2048):
                 continue
-            out = _circle_nms_variant(c, s, 1.0, None, variant)
+            out = force("circle_nms", PATH_NAMES[variant], c, s, 1.0, None)
             assert torch.equal(out[0], mask) and torch.equal(out[1][:len(keep)], keep), name
-            paths[name] = (lambda v: lambda: _circle_nms_variant(c, s, 1.0, None, v))(variant)
+            paths[name] = (lambda v: lambda: force("circle_nms", PATH_NAMES[v], c, s, 1.0, None))(variant)
         assert torch.equal(torch.nonzero(mask).flatten(), keep.sort().values)
         # the same boxes in a random order: the peers' inputs come sorted by score (and the
         # single-block kernel then skips its sort); this row pays for the sort
@@ -234,10 +235,10 @@ def peer_main(args):
         for variant in (4, 5, 6):
             if (variant == 5 and n > 2048) or n > 4096:
                 continue
-            out = _circle_nms_variant(c_shuffled, s_shuffled, 1.0, None, variant)
+            out = force("circle_nms", PATH_NAMES[variant], c_shuffled, s_shuffled, 1.0, None)
             assert torch.equal(perm[out[1][:len(keep)]], keep), variant
             paths[f"variant {variant}, input shuffled"] = (
-                (lambda v: lambda: _circle_nms_variant(c_shuffled, s_shuffled, 1.0, None, v))(
+                (lambda v: lambda: force("circle_nms", PATH_NAMES[v], c_shuffled, s_shuffled, 1.0, None))(
                     variant))
         for name, fn in paths.items():
             host = peer_time(fn, flush, "host")

@@ -25,8 +25,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 import pcops  # noqa: E402
-from pcops.ball_query import _ball_query_variant  # noqa: E402
-from pcops.knn import _knn_variant  # noqa: E402
+from common import ball_query_path, knn_path  # noqa: E402
 
 
 def median_ms(fn, reps):
@@ -74,9 +73,9 @@ def main():
     for name in args.rows.split(","):
         q, r = clouds(name, gen)
         qn, rn = q.numpy(), r.numpy()
-        t_grid = median_ms(lambda: _knn_variant(q, r, k, variant="grid"), reps)
+        t_grid = median_ms(lambda: knn_path(q, r, k, path="grid"), reps)
         t_brute = float("nan") if args.no_brute or name != "B4_4096" else median_ms(
-            lambda: _knn_variant(q, r, k, variant="brute"), reps)
+            lambda: knn_path(q, r, k, path="brute"), reps)
         t_sp = t_kd = float("nan")
         if cKDTree is not None:
             t_sp = median_ms(lambda: [cKDTree(rn[b]).query(qn[b], k, workers=W) for b in range(len(rn))], reps)
@@ -89,8 +88,8 @@ def main():
         qn, rn = q.numpy(), r.numpy()
         N = r.shape[1]
         radius = 0.5 if name == "kitti" else (32 * 3 / (4 * np.pi * N)) ** (1 / 3)
-        idx, cnt = _ball_query_variant(q, r, radius, 32, variant="grid")
-        t_grid = median_ms(lambda: _ball_query_variant(q, r, radius, 32, variant="grid"), reps)
+        idx, cnt = ball_query_path(q, r, radius, 32, path="grid")
+        t_grid = median_ms(lambda: ball_query_path(q, r, radius, 32, path="grid"), reps)
         t_sp = mean_in_range = float("nan")  # without scipy: the pcops column only
         if cKDTree is not None:
             t_sp = median_ms(

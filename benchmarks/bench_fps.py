@@ -9,7 +9,7 @@ its floor is the latency of one step rather than bandwidth: the tables print the
 per second (B * N * npoint / time) next to the times.
 
 CUDA: the sizes of issue 9 (F1-F7); "auto" is what pcops.furthest_point_sample runs, the other
-columns force one path (pcops.fps._furthest_point_sample_variant; "-" where a path cannot take
+columns force one path (pcops._paths.force; "-" where a path cannot take
 the size). Every path returns the same bits; the script checks that too.
 
 CPU: pcops against fpsample's fastest exact method, bucket_fps_kdline_sampling (h=7), on uniform
@@ -28,8 +28,11 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/ and the repository root
 import pcops  # noqa: E402
-from pcops.fps import CPU_VARIANTS, CUDA_VARIANTS, _furthest_point_sample_variant  # noqa: E402
-from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
+from pcops._paths import paths  # noqa: E402
+from common import base_parser, environment_header, fmt_ms, fps_path, print_table, time_fn, try_import  # noqa: E402
+
+CPU_PATHS = paths("furthest_point_sample", "cpu")
+CUDA_PATHS = paths("furthest_point_sample", "cuda")
 
 CUDA_SIZES = {  # issue 9
     "F1": (32, 1024, 512), "F2": (16, 4096, 1024), "F3": (8, 16384, 4096), "F4": (6, 10000, 1000),
@@ -87,17 +90,17 @@ def bench_cuda(args):
         ref = pcops.furthest_point_sample(xyz, npoint, return_dist2=True)
         t_auto = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint), "cuda", warmup=1, reps=reps)
         times = {}
-        for v in CUDA_VARIANTS:
+        for v in CUDA_PATHS:
             if v == "simple" and B * N * npoint > 2e9:
                 times[v] = None  # one block per cloud: seconds per call at F6, F7
                 continue
             try:
-                got = _furthest_point_sample_variant(xyz, npoint, variant=v)
+                got = fps_path(xyz, npoint, path=v)
             except ValueError:
                 times[v] = None  # the path cannot take this size
                 continue
             same = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
-            t = time_fn(lambda: _furthest_point_sample_variant(xyz, npoint, variant=v), "cuda",
+            t = time_fn(lambda: fps_path(xyz, npoint, path=v), "cuda",
                         warmup=1, reps=reps)
             times[v] = f"{fmt_ms(t)}{'' if same else ' DIFFERS'}"
         peer_times = {}
@@ -108,11 +111,11 @@ def bench_cuda(args):
                 peer_times[pname] = None
                 print(f"{pname} failed on {name}: {type(e).__name__}: {e}")
         best_peer = min([t for t in peer_times.values() if t is not None], default=None)
-        rows.append([name, B, N, npoint, fmt_ms(t_auto), *(times[v] or "-" for v in CUDA_VARIANTS),
+        rows.append([name, B, N, npoint, fmt_ms(t_auto), *(times[v] or "-" for v in CUDA_PATHS),
                      f"{B * N * npoint / t_auto / 1e6:.2f}", *(fmt_ms(peer_times[p]) for p in peers),
                      f"{best_peer / t_auto:.1f}x" if best_peer else "-"])
         print("row:", *rows[-1], flush=True)  # in case a later size runs out of time
-    header = ["id", "B", "N", "npoint", "auto ms", *(f"{v} ms" for v in CUDA_VARIANTS), "Gupd/s",
+    header = ["id", "B", "N", "npoint", "auto ms", *(f"{v} ms" for v in CUDA_PATHS), "Gupd/s",
               *(f"{p} ms" for p in peers), "vs best peer"]
     print_table("furthest_point_sample on cuda (median of CUDA events)", header, rows, args.out)
 
@@ -162,15 +165,15 @@ def bench_cpu(args):
             same = "NO" if "NO" in verdicts else ", ".join(sorted(verdicts))
         t_auto = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint, start=start), "cpu", warmup=1, reps=5)
         times = {}
-        for v in CPU_VARIANTS:
-            got = _furthest_point_sample_variant(xyz, npoint, None, start, variant=v)
+        for v in CPU_PATHS:
+            got = fps_path(xyz, npoint, None, start, path=v)
             ok = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
-            t = time_fn(lambda: _furthest_point_sample_variant(xyz, npoint, None, start, variant=v),
+            t = time_fn(lambda: fps_path(xyz, npoint, None, start, path=v),
                         "cpu", warmup=1, reps=3 if v == "simple" else 5)
             times[v] = f"{fmt_ms(t)}{'' if ok else ' DIFFERS'}"
-        rows.append([kind, B, N, npoint, fmt_ms(t_auto), *(times[v] for v in CPU_VARIANTS), fmt_ms(t_fs),
+        rows.append([kind, B, N, npoint, fmt_ms(t_auto), *(times[v] for v in CPU_PATHS), fmt_ms(t_fs),
                      f"{t_fs / t_auto:.1f}x" if t_fs else "-", same])
-    header = ["cloud", "B", "N", "npoint", "auto ms", *(f"{v} ms" for v in CPU_VARIANTS),
+    header = ["cloud", "B", "N", "npoint", "auto ms", *(f"{v} ms" for v in CPU_PATHS),
               "fpsample ms", "fpsample/auto", "same idx"]
     print_table(f"furthest_point_sample on cpu, {torch.get_num_threads()} threads (median wall clock)",
                 header, rows, args.out)

@@ -21,8 +21,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import pcops  # noqa: E402
-from pcops.fps import _furthest_point_sample_variant as fps_variant  # noqa: E402
-from common import time_fn  # noqa: E402
+from common import fps_path, time_fn  # noqa: E402
 
 SIZES = {"F1": (32, 1024, 512), "F2": (16, 4096, 1024), "F3": (8, 16384, 4096),
          "F4": (6, 10000, 1000), "F5": (6, 10000, 10000), "F6": (1, 200_000, 20_000)}
@@ -63,7 +62,7 @@ def main():
     args = ap.parse_args()
     if args.once:  # for a profiler: one call of one path, nothing else on the GPU
         xyz, npoint, lengths = row_inputs(args.once, torch.Generator().manual_seed(0))
-        fps_variant(xyz, npoint, lengths, variant=args.paths.split(",")[0] or "auto")
+        fps_path(xyz, npoint, lengths, path=args.paths.split(",")[0] or "auto")
         torch.cuda.synchronize()
         return
     p = torch.cuda.get_device_properties(0)
@@ -82,7 +81,7 @@ def main():
         B, N = xyz.shape[:2]
         reps = args.reps if B * N * npoint < 5e9 else max(3, args.reps // 2)
         ref_path = "simple" if B * N * npoint < 2e9 else "bucket"
-        ref = fps_variant(xyz, npoint, lengths, variant=ref_path)
+        ref = fps_path(xyz, npoint, lengths, path=ref_path)
         auto = pcops.furthest_point_sample(xyz, npoint, lengths, return_dist2=True)
         t = time_fn(lambda: pcops.furthest_point_sample(xyz, npoint, lengths), "cuda", warmup=1,
                     reps=reps, flush=flush)
@@ -93,12 +92,12 @@ def main():
                 cells.append("-")  # tens to hundreds of ms there: not a candidate
                 continue
             try:
-                got = fps_variant(xyz, npoint, lengths, variant=variant)
+                got = fps_path(xyz, npoint, lengths, path=variant)
             except (ValueError, RuntimeError) as e:
                 cells.append("-" if isinstance(e, ValueError) else f"ERR {str(e)[:60]}")
                 continue
             same = torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
-            t = time_fn(lambda: fps_variant(xyz, npoint, lengths, variant=variant), "cuda",
+            t = time_fn(lambda: fps_path(xyz, npoint, lengths, path=variant), "cuda",
                         warmup=1, reps=reps, flush=flush)
             cells.append(f"{t:.3f}" + ("" if same else " DIFFERS"))
         lines.append(" | ".join(cells))

@@ -21,7 +21,7 @@ CUDA floor: the time no kernel can beat on this GPU, the larger of
          over --fp32-rate (33.5e12/s: 132 SMs x 128 lanes x 1.98 GHz, one op per lane per clock)
 The floor column names the bound (B = bytes, F = math); "of floor" is floor / time.
 
-"pcops brute" and "pcops grid" time each search path forced (the internal variant argument;
+"pcops brute" and "pcops grid" time each search path forced (pcops._paths;
 same results, checked), "pcops ms" is what the selector picks; on CUDA "pcops heap" times the
 per-thread heap kernel (the k > 64 brute-force path) on the rows with k <= 64 too.
 """
@@ -35,8 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "tests")]  # this checkout
 
 import pcops  # noqa: E402
-from pcops.knn import _knn_variant  # noqa: E402
-from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
+from common import base_parser, environment_header, fmt_ms, knn_path, print_table, time_fn, try_import  # noqa: E402
 from helpers import rand_points  # noqa: E402
 
 pytorch3d_ops = try_import("pytorch3d.ops")
@@ -53,7 +52,7 @@ def run_pcops(q, r, k):
 
 
 def run_pcops_variant(q, r, k, variant):
-    return _knn_variant(q, r, k, variant=variant)
+    return knn_path(q, r, k, path=variant)
 
 
 def run_torch(q, r, k, mem_bytes):
@@ -167,7 +166,7 @@ def main():
     mem_bytes = int(args.torch_mem_gb * 2**30)
     budget = 0.2 if args.quick else args.budget_s
 
-    variants = ["brute", "grid"] + (["heap"] if device == "cuda" else [])
+    variants = ["brute", "grid"] + (["brute_heap"] if device == "cuda" else [])
     header = ["B", "M", "N", "k", "shape", "pcops ms"] + [f"pcops {v} ms" for v in variants]
     header += ["torch ms"] + [f"{n} ms" for n, _ in present]
     header += ["speedup vs torch", "speedup vs best peer"]
@@ -189,7 +188,7 @@ def main():
             raise SystemExit(f"pcops.knn failed on B={B} M={M} N={N} k={k}")
         t_vars = []
         for v in variants:
-            if v == "heap" and k > 64:
+            if v == "brute_heap" and k > 64:
                 t_vars.append(None)
                 continue
             t_v, out = timed(lambda v=v: run_pcops_variant(q, r, k, v), device, budget)

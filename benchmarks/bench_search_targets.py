@@ -3,8 +3,8 @@
     python benchmarks/bench_search_targets.py --device cuda     # the H100 rows
     python benchmarks/bench_search_targets.py --device cpu --rows K2,Q2
 
-Times each forced variant (internal `variant` argument: brute, grid, heap for kNN on CUDA) and
-the default (auto) path; checks that every variant returns the auto path's bits. CUDA: median
+Times each forced path (pcops._paths: brute, grid, brute_heap for kNN on CUDA) and
+the default (auto) path; checks that every path returns the auto path's bits. CUDA: median
 of --reps calls timed with events after a warm-up (no L2 flush: the peer benchmark in
 ../shared/peerbench is the reference for the issue table). Uniform points in the unit cube;
 K6 is the KITTI scan against itself (.data/scans).
@@ -20,8 +20,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT]
-from pcops.ball_query import _ball_query_variant  # noqa: E402
-from pcops.knn import _knn_variant  # noqa: E402
+from benchmarks.common import ball_query_path, knn_path  # noqa: E402
 
 KNN_ROWS = {  # id: (B, M, N, k, target ms on the H100)
     "K1": (32, 512, 1024, 32, 0.12), "K2": (16, 4096, 4096, 16, 0.15),
@@ -66,7 +65,7 @@ def main():
     if dev == "cuda":
         print(f"# {torch.cuda.get_device_name(0)}")
     gen = torch.Generator().manual_seed(0)
-    variants = ["auto", "brute", "grid"] + (["heap"] if dev == "cuda" else [])
+    variants = ["auto", "brute", "grid"] + (["brute_heap"] if dev == "cuda" else [])
     print("| id | size | " + " | ".join(f"{v} ms" for v in variants) + " | target ms |")
     print("|---|---|" + "---|" * (len(variants) + 1))
     for rid in args.rows.split(","):
@@ -82,7 +81,7 @@ def main():
                 size = f"B={B} M={M} N={N} k={k}"
             times, ref = [], None
             for v in variants:
-                t, out = timed(lambda v=v: _knn_variant(q, r, k, variant=v), dev, args.reps)
+                t, out = timed(lambda v=v: knn_path(q, r, k, path=v), dev, args.reps)
                 if ref is None:
                     ref = out
                 elif not (torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])):
@@ -95,10 +94,10 @@ def main():
             size = f"ball B={B} N={N} M={M} r={rad} S={S}"
             times, ref = [], None
             for v in variants:
-                if v == "heap":
+                if v == "brute_heap":
                     times.append(float("nan"))
                     continue
-                t, out = timed(lambda v=v: _ball_query_variant(q, r, rad, S, variant=v), dev, args.reps)
+                t, out = timed(lambda v=v: ball_query_path(q, r, rad, S, path=v), dev, args.reps)
                 if ref is None:
                     ref = out
                 elif not (torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])):

@@ -95,3 +95,25 @@ def base_parser(description):
     p.add_argument("--quick", action="store_true", help="small sizes, few repetitions (smoke run)")
     p.add_argument("--out", default=None, help="append the tables to this file")
     return p
+
+
+# Forced paths (pcops._paths): each op through one of its paths, keyword `path`.
+def fps_path(xyz, npoint, lengths=None, start=None, *, path="auto"):
+    from pcops._paths import force
+    return force("furthest_point_sample", path, xyz, npoint, lengths, start)
+
+
+def knn_path(query, ref, k, query_lengths=None, ref_lengths=None, *, path="auto"):
+    from pcops._paths import force
+    return force("knn", path, query, ref, k, query_lengths, ref_lengths)
+
+
+def ball_query_path(query, ref, radius, nsample, query_lengths=None, ref_lengths=None, *,
+                    path="auto"):
+    from pcops._paths import force
+    return force("ball_query", path, query, ref, radius, nsample, query_lengths, ref_lengths)
+
+
+def circle_nms_path(centers, scores, radius, groups=None, *, path="auto"):
+    from pcops._paths import force
+    return force("circle_nms", path, centers, scores, radius, groups)

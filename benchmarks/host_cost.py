@@ -34,7 +34,7 @@ def main():
     g = torch.Generator().manual_seed(2000)
     nc = (torch.rand(1000, 2, generator=g) * 100).to(dev)
     ns = torch.linspace(1.0, 0.0, 1000).to(dev)
-    from pcops.circle_nms import _circle_nms_variant
+    from benchmarks.common import circle_nms_path
     mask_op = torch.ops.pcops.circle_nms_mask.default
     cases = {"torch.add": lambda: torch.add(a, 1),
              "knn K2 (16 x 4096, k=16)": lambda: pcops.knn(q, r, 16),
@@ -45,9 +45,9 @@ def main():
              "circle_nms_mask C1 (1000)": lambda: pcops.circle_nms_mask(nc, ns, 1.0),
              "torch.ops.pcops.circle_nms_mask (1000)": lambda: mask_op(nc, ns, 1.0, None),
              "circle NMS variant op 6 (cooperative launch)":
-                 lambda: _circle_nms_variant(nc, ns, 1.0, None, 6),
+                 lambda: circle_nms_path(nc, ns, 1.0, None, path="flow"),
              "circle NMS variant op 4 (plain launch)":
-                 lambda: _circle_nms_variant(nc, ns, 1.0, None, 4)}
+                 lambda: circle_nms_path(nc, ns, 1.0, None, path="block_v2")}
     print(torch.cuda.get_device_name(dev), torch.__version__)
     for name, fn in cases.items():
         for _ in range(20):

@@ -14,7 +14,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.bench_circle_nms import kernel_time, peer_inputs  # noqa: E402
-from pcops.circle_nms import _circle_nms_variant  # noqa: E402
+from benchmarks.common import circle_nms_path  # noqa: E402
+from pcops._paths import PATHS  # noqa: E402
+
+PATH_NAMES = {i: name for name, (i, _, _) in PATHS["circle_nms"].items()}
 
 
 def cases(n, dev, g):
@@ -44,15 +47,15 @@ def main():
     print(torch.cuda.get_device_name(), torch.__version__)
     for n in sizes:
         for name, c, s, r in cases(n, "cuda", g):
-            ref = _circle_nms_variant(c.cpu(), s.cpu(), r, None, 0)
+            ref = circle_nms_path(c.cpu(), s.cpu(), r, None)
             line = f"N={n:5d} {name:18s} kept {int(ref[2]):5d} |"
             for v in (4, 5, 6):
                 if v == 5 and n > 2048:
                     line += " v5      -     |"
                     continue
-                out = _circle_nms_variant(c, s, r, None, v)
+                out = circle_nms_path(c, s, r, None, path=PATH_NAMES[v])
                 same = all(torch.equal(a.cpu(), b) for a, b in zip(out, ref))
-                us = kernel_time(lambda: _circle_nms_variant(c, s, r, None, v)) * 1e3
+                us = kernel_time(lambda: circle_nms_path(c, s, r, None, path=PATH_NAMES[v])) * 1e3
                 line += f" v{v} {us:7.1f}us{'' if same else ' WRONG'} |"
             print(line, flush=True)
 

@@ -11,13 +11,11 @@ namespace {
 constexpr const char* kOp = "ball_query";
 constexpr const char* kOpDist2 = "ball_query_dist2";
 
-// The internal `variant` argument: a pcops_search_variant value.
-pcops_search_variant check_search_variant(int64_t variant) {
-    TORCH_CHECK_VALUE((variant >= 0 && variant <= 3) || variant == 7 || variant == 9, "pcops.",
-                      kOp, ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid), 3 "
-                      "(brute-force heap), 7 (split brute force) or 9 (split brute force on "
-                      "sorted queries), got ", variant);
-    return (pcops_search_variant)variant;
+constexpr const char* kPathOp = "_ball_query_path";
+
+std::string sizes_of(int64_t B, int64_t M, int64_t N, int64_t nsample) {
+    return "B = " + std::to_string(B) + ", M = " + std::to_string(M) + ", N = " +
+           std::to_string(N) + ", nsample = " + std::to_string(nsample);
 }
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
@@ -58,19 +56,31 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query, const
                                                   double radius, int64_t nsample,
                                                   const std::optional<at::Tensor>& query_lengths,
                                                   const std::optional<at::Tensor>& ref_lengths,
-                                                  int64_t variant) {
+                                                  int64_t path) {
     BallQueryCall c = prepare(query, ref, radius, nsample, query_lengths, ref_lengths);
-    const pcops_search_variant v = check_search_variant(variant);
     const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    const char* forced = path == PCOPS_BALL_QUERY_AUTO
+                             ? nullptr
+                             : check_path(kPathOp, "ball_query", path, false, dtype);
+    const pcops_ball_query_path v = (pcops_ball_query_path)path;
     at::Tensor workspace = at::empty({(int64_t)pcops_ball_query_cpu_workspace_bytes(
                                          dtype, c.B, c.M, c.N, c.radius2, c.nsample, v)},
                                      c.query.options().dtype(at::kByte));
-    check_status(kOp, pcops_ball_query_cpu_variant(
-                          dtype, c.query.data_ptr(), c.ref.data_ptr(),
-                          ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B, c.M,
-                          c.N, c.radius2, c.nsample, v, workspace.data_ptr(),
-                          c.idx.data_ptr<int64_t>(), c.count.data_ptr<int64_t>()));
+    const pcops_status status = pcops_ball_query_cpu_path(
+        dtype, c.query.data_ptr(), c.ref.data_ptr(), ptr_or_null(c.query_lengths),
+        ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.radius2, c.nsample, v, workspace.data_ptr(),
+        c.idx.data_ptr<int64_t>(), c.count.data_ptr<int64_t>());
+    if (status != PCOPS_SUCCESS && forced != nullptr)
+        forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.nsample));
+    check_status(kOp, status);
     return {c.idx, c.count};
+}
+
+std::tuple<at::Tensor, at::Tensor> ball_query_cpu_auto(
+    const at::Tensor& query, const at::Tensor& ref, double radius, int64_t nsample,
+    const std::optional<at::Tensor>& query_lengths, const std::optional<at::Tensor>& ref_lengths) {
+    return ball_query_cpu(query, ref, radius, nsample, query_lengths, ref_lengths,
+                          PCOPS_BALL_QUERY_AUTO);
 }
 
 // ball_query_dist2: the ball query above (auto path), then one pass that empties the padded
@@ -88,12 +98,12 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cpu(
     const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
     at::Tensor workspace =
         at::empty({(int64_t)pcops_ball_query_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.radius2,
-                                                                 c.nsample, PCOPS_SEARCH_AUTO)},
+                                                                 c.nsample, PCOPS_BALL_QUERY_AUTO)},
                   c.query.options().dtype(at::kByte));
-    check_status(kOpDist2, pcops_ball_query_cpu_variant(
+    check_status(kOpDist2, pcops_ball_query_cpu_path(
                                dtype, c.query.data_ptr(), c.ref.data_ptr(),
                                ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B,
-                               c.M, c.N, c.radius2, c.nsample, PCOPS_SEARCH_AUTO,
+                               c.M, c.N, c.radius2, c.nsample, PCOPS_BALL_QUERY_AUTO,
                                workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
                                c.count.data_ptr<int64_t>()));
     at::Tensor dist2 = at::empty(c.idx.sizes(), c.query.options());
@@ -109,14 +119,20 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, cons
                                                    double radius, int64_t nsample,
                                                    const std::optional<at::Tensor>& query_lengths,
                                                    const std::optional<at::Tensor>& ref_lengths,
-                                                   int64_t variant) {
+                                                   int64_t path) {
     check_cuda_tensor(kOp, "query", query);
     c10::cuda::CUDAGuard guard(query.device());
     BallQueryCall c = prepare(query, ref, radius, nsample, query_lengths, ref_lengths);
+    const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    const char* forced = path == PCOPS_BALL_QUERY_AUTO
+                             ? nullptr
+                             : check_path(kPathOp, "ball_query", path, true, dtype);
     pcops_ball_query_cuda_plan plan;
-    check_cuda(kOp, pcops_ball_query_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B,
-                                                    c.M, c.N, c.radius2, c.nsample,
-                                                    check_search_variant(variant), &plan));
+    const cudaError_t err = pcops_ball_query_cuda_plan_make(
+        dtype, c.B, c.M, c.N, c.radius2, c.nsample, (pcops_ball_query_path)path, &plan);
+    if (err != cudaSuccess && forced != nullptr)
+        forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.nsample));
+    check_cuda(kOp, err);
     at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
     check_cuda(kOp, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                               ptr_or_null(c.query_lengths),
@@ -125,6 +141,13 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, cons
                                               c.count.data_ptr<int64_t>(),
                                               at::cuda::getCurrentCUDAStream()));
     return {c.idx, c.count};
+}
+
+std::tuple<at::Tensor, at::Tensor> ball_query_cuda_auto(
+    const at::Tensor& query, const at::Tensor& ref, double radius, int64_t nsample,
+    const std::optional<at::Tensor>& query_lengths, const std::optional<at::Tensor>& ref_lengths) {
+    return ball_query_cuda(query, ref, radius, nsample, query_lengths, ref_lengths,
+                           PCOPS_BALL_QUERY_AUTO);
 }
 
 std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cuda(
@@ -137,7 +160,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cuda(
     pcops_ball_query_cuda_plan plan;
     const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
     check_cuda(kOpDist2, pcops_ball_query_cuda_plan_make(dtype, c.B, c.M, c.N, c.radius2,
-                                                         c.nsample, PCOPS_SEARCH_AUTO, &plan));
+                                                         c.nsample, PCOPS_BALL_QUERY_AUTO, &plan));
     at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     check_cuda(kOpDist2, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
@@ -157,13 +180,15 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cuda(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {
-    m.impl("ball_query", &ball_query_cpu);
+    m.impl("ball_query", &ball_query_cpu_auto);
+    m.impl("_ball_query_path", &ball_query_cpu);
     m.impl("ball_query_dist2", &ball_query_dist2_cpu);
 }
 
 #ifdef PCOPS_WITH_CUDA
 TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
-    m.impl("ball_query", &ball_query_cuda);
+    m.impl("ball_query", &ball_query_cuda_auto);
+    m.impl("_ball_query_path", &ball_query_cuda);
     m.impl("ball_query_dist2", &ball_query_dist2_cuda);
 }
 #endif
@@ -174,6 +199,7 @@ TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
 // backward in Python (pcops/ball_query.py).
 TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
     m.impl("ball_query", torch::CppFunction::makeFallthrough());
+    m.impl("_ball_query_path", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace pcops

@@ -111,14 +111,16 @@ at::Tensor circle_nms_mask_cpu(const at::Tensor& centers, const at::Tensor& scor
         .keep_mask;
 }
 
-// _circle_nms_variant: the whole result of one kernel path, for the tests (the CPU has one).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cpu(
+// _circle_nms_path: the whole result of one path (kernels/circle_nms_paths.h), for the tests.
+constexpr const char* kPathOp = "_circle_nms_path";
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_path_cpu(
     const at::Tensor& centers, const at::Tensor& scores, double radius,
-    const std::optional<at::Tensor>& groups, int64_t variant) {
-    const char* op = "_circle_nms_variant";
-    TORCH_CHECK_VALUE(variant == 0, "pcops.", op,
-                      ": argument 'variant' must be 0 on the CPU (one path), got ", variant);
-    NmsCpuResult r = run_cpu(op, prepare(op, centers, scores, radius, groups), true, true);
+    const std::optional<at::Tensor>& groups, int64_t path) {
+    NmsInputs c = prepare(kPathOp, centers, scores, radius, groups);
+    if (path != PCOPS_CIRCLE_NMS_AUTO)
+        check_path(kPathOp, "circle_nms", path, false, to_pcops_dtype(c.centers.scalar_type()));
+    NmsCpuResult r = run_cpu(kPathOp, c, true, true);
     return {r.keep_mask, r.keep_idx, at::full({1}, r.num_kept, r.keep_idx.options())};
 }
 
@@ -126,37 +128,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cpu(
 // CUDA
 
 #ifdef PCOPS_WITH_CUDA
-// Checks that `variant` (0: by size) can take the inputs; returns its workspace bytes.
-size_t cuda_workspace_bytes(const char* op, const NmsInputs& c, int64_t variant) {
+// The workspace bytes of `path` (AUTO: by size) for the inputs; a forced path that cannot take
+// them raises.
+size_t cuda_workspace_bytes(const char* op, const NmsInputs& c, int64_t path) {
     TORCH_CHECK_VALUE(c.N <= PCOPS_CIRCLE_NMS_CUDA_MAX, "pcops.", op,
                       ": argument 'centers' must hold at most ", PCOPS_CIRCLE_NMS_CUDA_MAX,
-                      " boxes on CUDA (the suppression mask takes N**2/8 bytes), got ",
-                      describe(c.centers));
-    TORCH_CHECK_VALUE(variant >= 0 && variant <= 6 &&
-                          ((variant != 1 && variant != 4) ||
-                           c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX) &&
-                          (variant != 5 || c.N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX) &&
-                          (variant != 6 || c.N <= PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX),
-                      "pcops.", op, ": argument 'variant' must be 0 (by size), 1 (single "
-                      "block, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX, "), 2 (bitmask), 3 "
-                      "(grid), 4 (single block v2, N <= ", PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX,
-                      "), 5 (pair tiles, N <= ", PCOPS_CIRCLE_NMS_CUDA_TILE_MAX,
-                      ") or 6 (dataflow, N <= ", PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX, "), got ",
-                      variant, " for N = ", c.N);
+                      " boxes on CUDA, got ", describe(c.centers));
+    if (path != PCOPS_CIRCLE_NMS_AUTO) {
+        const char* name =
+            check_path(op, "circle_nms", path, true, to_pcops_dtype(c.centers.scalar_type()));
+        const bool fits =
+            ((path != PCOPS_CIRCLE_NMS_BLOCK && path != PCOPS_CIRCLE_NMS_BLOCK_V2) ||
+             c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX) &&
+            (path != PCOPS_CIRCLE_NMS_TILES || c.N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX) &&
+            (path != PCOPS_CIRCLE_NMS_FLOW || c.N <= PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX);
+        if (!fits) forced_path_refused(op, name, "N = " + std::to_string(c.N));
+    }
     return pcops_circle_nms_cuda_workspace_bytes(to_pcops_dtype(c.centers.scalar_type()),
                                                  to_pcops_dtype(c.scores.scalar_type()), c.N,
-                                                 (int)variant);
+                                                 (int)path);
 }
 
-// Launches the NMS of `variant` on the current stream with `workspace` (cuda_workspace_bytes of
+// Launches the NMS of `path` on the current stream with `workspace` (cuda_workspace_bytes of
 // it). Any of the three output pointers may be null. No host synchronisation.
-void launch_cuda(const char* op, const NmsInputs& c, int64_t variant, void* workspace,
+void launch_cuda(const char* op, const NmsInputs& c, int64_t path, void* workspace,
                  bool* keep_mask, int64_t* keep_idx, int64_t* num_kept) {
-    check_cuda(op, pcops_circle_nms_cuda_variant(
+    check_cuda(op, pcops_circle_nms_cuda_path(
                        to_pcops_dtype(c.centers.scalar_type()), c.centers.data_ptr(), c.D,
                        to_pcops_dtype(c.scores.scalar_type()), c.scores.data_ptr(),
                        ptr_or_null(c.groups), c.N, c.radius2, workspace, keep_mask, keep_idx,
-                       num_kept, (int)variant, at::cuda::getCurrentCUDAStream()));
+                       num_kept, (int)path, at::cuda::getCurrentCUDAStream()));
 }
 
 // Workspaces up to this size share the output's allocation (the dataflow path's: 4.4 bytes a
@@ -278,10 +279,10 @@ at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& sco
     return keep_mask;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cuda(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_path_cuda(
     const at::Tensor& centers, const at::Tensor& scores, double radius,
-    const std::optional<at::Tensor>& groups, int64_t variant) {
-    const char* op = "_circle_nms_variant";
+    const std::optional<at::Tensor>& groups, int64_t path) {
+    const char* op = kPathOp;
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
@@ -289,10 +290,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cuda(
     at::Tensor keep_mask = at::empty({c.N}, opts.dtype(at::kBool));
     at::Tensor keep_idx = at::empty({c.N}, opts.dtype(at::kLong));
     at::Tensor num_kept = at::empty({1}, opts.dtype(at::kLong));
-    const size_t bytes = cuda_workspace_bytes(op, c, variant);
+    const size_t bytes = cuda_workspace_bytes(op, c, path);
     at::Tensor workspace;
     if (bytes > 0) workspace = at::empty({(int64_t)bytes}, opts.dtype(at::kByte));
-    launch_cuda(op, c, variant, bytes > 0 ? workspace.data_ptr() : nullptr,
+    launch_cuda(op, c, path, bytes > 0 ? workspace.data_ptr() : nullptr,
                 keep_mask.data_ptr<bool>(), keep_idx.data_ptr<int64_t>(),
                 num_kept.data_ptr<int64_t>());
     return {keep_mask, keep_idx, num_kept};
@@ -304,21 +305,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_variant_cuda(
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {
     m.impl("circle_nms", &circle_nms_cpu);
     m.impl("circle_nms_mask", &circle_nms_mask_cpu);
-    m.impl("_circle_nms_variant", &circle_nms_variant_cpu);
+    m.impl("_circle_nms_path", &circle_nms_path_cpu);
 }
 
 #ifdef PCOPS_WITH_CUDA
 TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
     m.impl("circle_nms", &circle_nms_cuda);
     m.impl("circle_nms_mask", &circle_nms_mask_cuda);
-    m.impl("_circle_nms_variant", &circle_nms_variant_cuda);
+    m.impl("_circle_nms_path", &circle_nms_path_cuda);
 }
 #endif
 
 TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
     m.impl("circle_nms", torch::CppFunction::makeFallthrough());
     m.impl("circle_nms_mask", torch::CppFunction::makeFallthrough());
-    m.impl("_circle_nms_variant", torch::CppFunction::makeFallthrough());
+    m.impl("_circle_nms_path", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace pcops

@@ -58,24 +58,28 @@ FpsCall prepare(const at::Tensor& xyz, int64_t npoint, const std::optional<at::T
     return c;
 }
 
-// variant: pcops_fps_variant (0 = by size). The public op passes 0; the private op
-// _furthest_point_sample_variant forces a path for tests and benchmarks.
+constexpr const char* kPathOp = "_furthest_point_sample_path";
+
+// path: a pcops_fps_path (0 = AUTO, by size). The public op passes AUTO; the private op
+// _furthest_point_sample_path forces one for tests and benchmarks.
 std::tuple<at::Tensor, at::Tensor> fps_cpu(const at::Tensor& xyz, int64_t npoint,
                                            const std::optional<at::Tensor>& lengths,
                                            const std::optional<at::Tensor>& start,
-                                           int64_t variant) {
-    TORCH_CHECK_VALUE(variant == PCOPS_FPS_AUTO || variant == PCOPS_FPS_SIMPLE ||
-                          variant == PCOPS_FPS_TREE,
-                      "pcops.", kOp, ": variant ", variant,
-                      " does not exist on the CPU (0 = auto, 1 = simple, 2 = tree)");
+                                           int64_t path) {
     FpsCall c = prepare(xyz, npoint, lengths, start);
     pcops_dtype dtype = to_pcops_dtype(c.xyz.scalar_type());
+    const char* forced = path == PCOPS_FPS_AUTO
+                             ? nullptr
+                             : check_path(kPathOp, "furthest_point_sample", path, false, dtype);
     at::Tensor workspace = at::empty(
         {(int64_t)pcops_fps_workspace_bytes(dtype, c.B, c.N)}, c.xyz.options().dtype(at::kByte));
-    check_status(kOp, pcops_fps_cpu_variant(dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
-                                            ptr_or_null(c.start), c.B, c.N, c.npoint,
-                                            workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
-                                            c.dist2.data_ptr(), (int)variant));
+    const pcops_status status = pcops_fps_cpu_path(
+        dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths), ptr_or_null(c.start), c.B, c.N,
+        c.npoint, workspace.data_ptr(), c.idx.data_ptr<int64_t>(), c.dist2.data_ptr(), (int)path);
+    if (status != PCOPS_SUCCESS && forced != nullptr)
+        forced_path_refused(kPathOp, forced, "B = " + std::to_string(c.B) + ", N = " +
+                                                 std::to_string(c.N));
+    check_status(kOp, status);
     return {c.idx, dist2_in_input_dtype(c.dist2, xyz)};
 }
 
@@ -89,22 +93,21 @@ std::tuple<at::Tensor, at::Tensor> fps_cpu_auto(const at::Tensor& xyz, int64_t n
 std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoint,
                                             const std::optional<at::Tensor>& lengths,
                                             const std::optional<at::Tensor>& start,
-                                            int64_t variant) {
+                                            int64_t path) {
     check_cuda_tensor(kOp, "xyz", xyz);
-    TORCH_CHECK_VALUE(variant >= PCOPS_FPS_AUTO && variant <= PCOPS_FPS_BLOCK_PRUNED &&
-                          variant != PCOPS_FPS_TREE,
-                      "pcops.", kOp, ": variant ", variant,
-                      " does not exist on CUDA (0 = auto, 1 = simple, 3 = warp, 4 = block, "
-                      "5 = cluster, 6 = grid, 7 = bucket, 8 = bucket_groups, 9 = bucket_rounds, "
-                      "10 = bucket_rounds_cluster, 11 = block_pruned)");
     c10::cuda::CUDAGuard guard(xyz.device());
     FpsCall c = prepare(xyz, npoint, lengths, start);
     pcops_dtype dtype = to_pcops_dtype(c.xyz.scalar_type());
+    const char* forced = path == PCOPS_FPS_AUTO
+                             ? nullptr
+                             : check_path(kPathOp, "furthest_point_sample", path, true, dtype);
     pcops_fps_cuda_plan plan;
-    cudaError_t err = pcops_fps_cuda_make_plan(dtype, c.B, c.N, c.npoint, (int)variant, &plan);
-    TORCH_CHECK_VALUE(err == cudaSuccess, "pcops.", kOp, ": variant ", variant,
-                      " cannot run B = ", c.B, ", N = ", c.N, " (", c.xyz.scalar_type(),
-                      ") on this device (", cudaGetErrorString(err), ")");
+    cudaError_t err = pcops_fps_cuda_make_plan(dtype, c.B, c.N, c.npoint, (int)path, &plan);
+    if (err != cudaSuccess && forced != nullptr)
+        forced_path_refused(kPathOp, forced, "B = " + std::to_string(c.B) + ", N = " +
+                                                 std::to_string(c.N) + ", npoint = " +
+                                                 std::to_string(c.npoint));
+    check_cuda(kOp, err);
     at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.xyz);
     check_cuda(kOp, pcops_fps_cuda_run(&plan, dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
                                        ptr_or_null(c.start), c.B, c.N, c.npoint,
@@ -124,13 +127,13 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda_auto(const at::Tensor& xyz, int64_t 
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {
     m.impl("furthest_point_sample", &fps_cpu_auto);
-    m.impl("_furthest_point_sample_variant", &fps_cpu);
+    m.impl("_furthest_point_sample_path", &fps_cpu);
 }
 
 #ifdef PCOPS_WITH_CUDA
 TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
     m.impl("furthest_point_sample", &fps_cuda_auto);
-    m.impl("_furthest_point_sample_variant", &fps_cuda);
+    m.impl("_furthest_point_sample_path", &fps_cuda);
 }
 #endif
 
@@ -140,7 +143,7 @@ TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
 // host time a call); inputs that require grad are accepted and the outputs do not require it.
 TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
     m.impl("furthest_point_sample", torch::CppFunction::makeFallthrough());
-    m.impl("_furthest_point_sample_variant", torch::CppFunction::makeFallthrough());
+    m.impl("_furthest_point_sample_path", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace pcops

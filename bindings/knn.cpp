@@ -10,13 +10,11 @@ namespace {
 
 constexpr const char* kOp = "knn";
 
-// The internal `variant` argument: a pcops_search_variant value.
-pcops_search_variant check_search_variant(const char* op, int64_t variant) {
-    TORCH_CHECK_VALUE((variant >= 0 && variant <= 6) || variant == 8, "pcops.", op,
-                      ": argument 'variant' must be 0 (auto), 1 (brute force), 2 (grid), 3 "
-                      "(brute-force heap), 4 (grid, baseline CPU build), 5 (warp select), 6 "
-                      "(grid select) or 8 (grid, batched insertion), got ", variant);
-    return (pcops_search_variant)variant;
+constexpr const char* kPathOp = "_knn_path";
+
+std::string sizes_of(int64_t B, int64_t M, int64_t N, int64_t k) {
+    return "B = " + std::to_string(B) + ", M = " + std::to_string(M) + ", N = " +
+           std::to_string(N) + ", k = " + std::to_string(k);
 }
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
@@ -54,19 +52,30 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Te
                                            int64_t k,
                                            const std::optional<at::Tensor>& query_lengths,
                                            const std::optional<at::Tensor>& ref_lengths,
-                                           int64_t variant) {
+                                           int64_t path) {
     KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
-    const pcops_search_variant v = check_search_variant(kOp, variant);
     pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    const char* forced =
+        path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, false, dtype);
+    const pcops_knn_path v = (pcops_knn_path)path;
     at::Tensor workspace = at::empty(
         {(int64_t)pcops_knn_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.k, v)},
         c.query.options().dtype(at::kByte));
-    check_status(kOp, pcops_knn_cpu_variant(dtype, c.query.data_ptr(), c.ref.data_ptr(),
-                                            ptr_or_null(c.query_lengths),
-                                            ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.k, v,
-                                            workspace.data_ptr(), c.dist2.data_ptr(),
-                                            c.idx.data_ptr<int64_t>()));
+    const pcops_status status = pcops_knn_cpu_path(
+        dtype, c.query.data_ptr(), c.ref.data_ptr(), ptr_or_null(c.query_lengths),
+        ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.k, v, workspace.data_ptr(),
+        c.dist2.data_ptr(), c.idx.data_ptr<int64_t>());
+    if (status != PCOPS_SUCCESS && forced != nullptr)
+        forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
+    check_status(kOp, status);
     return {c.dist2.to(query.scalar_type()), c.idx};
+}
+
+std::tuple<at::Tensor, at::Tensor> knn_cpu_auto(const at::Tensor& query, const at::Tensor& ref,
+                                                int64_t k,
+                                                const std::optional<at::Tensor>& query_lengths,
+                                                const std::optional<at::Tensor>& ref_lengths) {
+    return knn_cpu(query, ref, k, query_lengths, ref_lengths, PCOPS_KNN_AUTO);
 }
 
 #ifdef PCOPS_WITH_CUDA
@@ -74,7 +83,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
                                             int64_t k,
                                             const std::optional<at::Tensor>& query_lengths,
                                             const std::optional<at::Tensor>& ref_lengths,
-                                            int64_t variant) {
+                                            int64_t path) {
     check_cuda_tensor(kOp, "query", query);
     c10::cuda::CUDAGuard guard(query.device());
     KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
@@ -82,11 +91,15 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
     TORCH_CHECK_VALUE(c.M <= INT_MAX && c.N <= INT_MAX && c.k <= INT_MAX, "pcops.", kOp,
                       ": on CUDA, M, N and k must be at most 2**31 - 1, got M = ", c.M,
                       ", N = ", c.N, ", k = ", c.k);
-    // GRID_BASELINE on CUDA: the grid with its general build (no one-block build)
-    const pcops_search_variant v = check_search_variant(kOp, variant);
+    const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    const char* forced =
+        path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, true, dtype);
     pcops_knn_cuda_plan plan;
-    check_cuda(kOp, pcops_knn_cuda_plan_make(to_pcops_dtype(c.query.scalar_type()), c.B, c.M,
-                                             c.N, c.k, v, &plan));
+    const cudaError_t err =
+        pcops_knn_cuda_plan_make(dtype, c.B, c.M, c.N, c.k, (pcops_knn_path)path, &plan);
+    if (err != cudaSuccess && forced != nullptr)
+        forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
+    check_cuda(kOp, err);
     at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
     check_cuda(kOp, pcops_knn_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                        ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths),
@@ -95,14 +108,33 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
                                        at::cuda::getCurrentCUDAStream()));
     return {c.dist2.to(query.scalar_type()), c.idx};
 }
+
+std::tuple<at::Tensor, at::Tensor> knn_cuda_auto(const at::Tensor& query, const at::Tensor& ref,
+                                                 int64_t k,
+                                                 const std::optional<at::Tensor>& query_lengths,
+                                                 const std::optional<at::Tensor>& ref_lengths) {
+    return knn_cuda(query, ref, k, query_lengths, ref_lengths, PCOPS_KNN_AUTO);
+}
 #endif
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("knn", &knn_cpu); }
+TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+    m.impl("knn", &knn_cpu_auto);
+    m.impl("_knn_path", &knn_cpu);
+}
 
 #ifdef PCOPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("knn", &knn_cuda); }
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+    m.impl("knn", &knn_cuda_auto);
+    m.impl("_knn_path", &knn_cuda);
+}
 #endif
+
+// The private _knn_path is for comparing paths' results: not differentiable (knn's autograd
+// formula is registered in pcops/knn.py); the fallthrough keeps it in C++.
+TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
+    m.impl("_knn_path", torch::CppFunction::makeFallthrough());
+}
 
 }  // namespace pcops

@@ -33,26 +33,18 @@ TORCH_LIBRARY(pcops, m) {
     m.def(
         "furthest_point_sample(Tensor xyz, int npoint, Tensor? lengths=None, Tensor? start=None) "
         "-> (Tensor idx, Tensor dist2)");
-    // Private: the same with a forced path (kernels/pcops.h pcops_fps_variant), for tests and
-    // benchmarks; every path returns the same bits.
-    m.def(
-        "_furthest_point_sample_variant(Tensor xyz, int npoint, Tensor? lengths, Tensor? start, "
-        "int variant) -> (Tensor idx, Tensor dist2)");
 
     // query[B,M,3], ref[B,N,3] -> dist2[B,M,k] (query's dtype), idx[B,M,k] int64: the k nearest
     // valid refs sorted by (dist2, idx); idx -1 / dist2 +inf past the valid refs.
     m.def(
         "knn(Tensor query, Tensor ref, int k, Tensor? query_lengths=None, "
-        "Tensor? ref_lengths=None, int variant=0) -> (Tensor dist2, Tensor idx)");
+        "Tensor? ref_lengths=None) -> (Tensor dist2, Tensor idx)");
 
     // -> idx[B,M,nsample] int64, count[B,M] int64: the first nsample valid refs in index order
     // with squared distance < radius**2; empty slots repeat the first one found; -1 if none.
-    // knn and ball_query: `variant` (internal; tests and benchmarks) forces a search path,
-    // pcops_search_variant: 0 by size, 1 brute force, 2 grid, 3 brute-force heap (CUDA kNN).
     m.def(
         "ball_query(Tensor query, Tensor ref, float radius, int nsample, "
-        "Tensor? query_lengths=None, Tensor? ref_lengths=None, int variant=0) -> "
-        "(Tensor idx, Tensor count)");
+        "Tensor? query_lengths=None, Tensor? ref_lengths=None) -> (Tensor idx, Tensor count)");
 
     // -> dist2[B,M,nsample] (query's dtype), idx[B,M,nsample] int64 (knn's order): ball_query's
     // neighbours
@@ -116,12 +108,23 @@ TORCH_LIBRARY(pcops, m) {
         "_fps_layout(Tensor batch, float ratio, ScalarType dtype, int batch_size=-1) "
         "-> (Tensor stats, Tensor left, Tensor slot)");
 
-    // Internal (tests, benchmarks): circle NMS through one CUDA path, variant 0 by size, 1 the
-    // single-block kernel (N <= 4096), 2 the bitmask path, 3 the grid path; the CPU takes 0.
-    // -> keep_mask[N] bool, keep_idx[N] int64 (-1 past num_kept), num_kept[1] int64.
+    // Private (tests, benchmarks): each op with several paths, forced through one of them.
+    // `path` is an id of the op's table (kernels/<op>_paths.h; pcops/_paths.py has the names);
+    // 0 is AUTO. A path that does not run on the device or dtype, or cannot take the inputs,
+    // raises a ValueError: a forced path never falls back. Every path returns the same bits.
     m.def(
-        "_circle_nms_variant(Tensor centers, Tensor scores, float radius, Tensor? groups, "
-        "int variant) -> (Tensor keep_mask, Tensor keep_idx, Tensor num_kept)");
+        "_furthest_point_sample_path(Tensor xyz, int npoint, Tensor? lengths, Tensor? start, "
+        "int path) -> (Tensor idx, Tensor dist2)");
+    m.def(
+        "_knn_path(Tensor query, Tensor ref, int k, Tensor? query_lengths, "
+        "Tensor? ref_lengths, int path) -> (Tensor dist2, Tensor idx)");
+    m.def(
+        "_ball_query_path(Tensor query, Tensor ref, float radius, int nsample, "
+        "Tensor? query_lengths, Tensor? ref_lengths, int path) -> (Tensor idx, Tensor count)");
+    // circle NMS -> keep_mask[N] bool, keep_idx[N] int64 (-1 past num_kept), num_kept[1] int64.
+    m.def(
+        "_circle_nms_path(Tensor centers, Tensor scores, float radius, Tensor? groups, "
+        "int path) -> (Tensor keep_mask, Tensor keep_idx, Tensor num_kept)");
 
     // Debug mode of the value checks of index inputs on CUDA (bindings/utils.h): enabled, the
     // bindings check idx / lengths / start values on CUDA too, at one host sync per check.

@@ -59,10 +59,10 @@ std::tuple<at::Tensor, at::Tensor> three_nn_pointnet2_cpu(const at::Tensor& unkn
     ThreeNnCall c = prepare(unknown, known);
     const QueryRef& q = c.q;
     at::Tensor workspace = allocate_workspace(
-        pcops_knn_cpu_workspace_bytes(c.dtype, q.B, q.M, q.N, kK, PCOPS_SEARCH_AUTO), q.query);
-    check_status(kOp, pcops_knn_cpu_variant(c.dtype, q.query.data_ptr(), q.ref.data_ptr(),
+        pcops_knn_cpu_workspace_bytes(c.dtype, q.B, q.M, q.N, kK, PCOPS_KNN_AUTO), q.query);
+    check_status(kOp, pcops_knn_cpu_path(c.dtype, q.query.data_ptr(), q.ref.data_ptr(),
                                             nullptr, nullptr, q.B, q.M, q.N, kK,
-                                            PCOPS_SEARCH_AUTO, data_or_null(workspace),
+                                            PCOPS_KNN_AUTO, data_or_null(workspace),
                                             c.dist.data_ptr(), c.idx64.data_ptr<int64_t>()));
     check_status(kOp, pcops_three_nn_pointnet2_cpu(c.dtype, c.dist.data_ptr(),
                                                  c.idx64.data_ptr<int64_t>(), c.dist.numel(),
@@ -79,7 +79,7 @@ std::tuple<at::Tensor, at::Tensor> three_nn_pointnet2_cuda(const at::Tensor& unk
     const QueryRef& q = c.q;
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     pcops_knn_cuda_plan plan;
-    check_cuda(kOp, pcops_knn_cuda_plan_make(c.dtype, q.B, q.M, q.N, kK, PCOPS_SEARCH_AUTO,
+    check_cuda(kOp, pcops_knn_cuda_plan_make(c.dtype, q.B, q.M, q.N, kK, PCOPS_KNN_AUTO,
                                              &plan));
     at::Tensor workspace = allocate_workspace(plan.workspace_bytes, q.query);
     check_cuda(kOp, pcops_knn_cuda_run(&plan, q.query.data_ptr(), q.ref.data_ptr(), nullptr,

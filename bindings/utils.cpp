@@ -221,6 +221,35 @@ void check_status(const char* op, pcops_status status) {
                 pcops_status_string(status));
 }
 
+const char* check_path(const char* op, const char* table, int64_t path, bool cuda,
+                       pcops_dtype dtype) {
+    int count = 0;
+    const pcops_path_info* rows = pcops_path_table(table, &count);
+    TORCH_INTERNAL_ASSERT(rows != nullptr, "no path table named ", table);
+    const int device = cuda ? PCOPS_ON_CUDA : PCOPS_ON_CPU;
+    std::string here;  // the paths of this device and dtype, for the message
+    const pcops_path_info* found = nullptr;
+    for (int i = 0; i < count; ++i) {
+        const bool runs = (rows[i].devices & device) && (rows[i].dtypes & (1 << dtype));
+        if (runs) here += std::string(here.empty() ? "" : ", ") + rows[i].name;
+        if (rows[i].id == path) found = &rows[i];
+    }
+    const char* dtype_name = dtype == PCOPS_FLOAT64 ? "float64" : "float32";
+    TORCH_CHECK_VALUE(found != nullptr, "pcops.", op, ": argument 'path' must be a path id of ",
+                      table, " (0 to ", count - 1, "), got ", path);
+    TORCH_CHECK_VALUE((found->devices & device) && (found->dtypes & (1 << dtype)), "pcops.",
+                      op, ": path '", found->name, "' does not run on ",
+                      cuda ? "CUDA" : "the CPU", " for ", dtype_name,
+                      " inputs (the paths that do: ", here, ")");
+    return found->name;
+}
+
+void forced_path_refused(const char* op, const char* name, const std::string& sizes) {
+    TORCH_CHECK_VALUE(false, "pcops.", op, ": path '", name, "' cannot take these inputs (",
+                      sizes, ") on this device");
+    TORCH_INTERNAL_ASSERT(false);
+}
+
 #ifdef PCOPS_WITH_CUDA
 void check_cuda_tensor(const char* op, const char* name, const at::Tensor& t) {
     TORCH_CHECK_VALUE(t.defined() && t.is_cuda(), "pcops.", op,

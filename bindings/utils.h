@@ -146,6 +146,17 @@ inline void* workspace_ptr(const at::Tensor& workspace) {
 // Raises if a CPU kernel returned an error.
 void check_status(const char* op, pcops_status status);
 
+// ---- Forced paths (tests, benchmarks): the private ops _<op>_path -------------------------
+// `path` is an id of the op's table (kernels/paths.h; `table` is its name there, e.g. "knn")
+// that runs on the device (`cuda`) and takes `dtype`; otherwise a ValueError naming the op,
+// the path and the paths that do run there. Returns the path's name.
+const char* check_path(const char* op, const char* table, int64_t path, bool cuda,
+                       pcops_dtype dtype);
+
+// A forced path (`name`, from check_path) whose kernel refused the inputs: a ValueError that
+// says so with `sizes` (e.g. "B = 2, N = 10, k = 3"). A forced path never falls back.
+[[noreturn]] void forced_path_refused(const char* op, const char* name, const std::string& sizes);
+
 #ifdef PCOPS_WITH_CUDA
 // Raises unless `t` is a CUDA tensor. A CUDA kernel is chosen when any argument is on CUDA,
 // so this catches a CPU `t` mixed with CUDA arguments before a device guard is taken on it.

@@ -15,14 +15,14 @@
  * and whether there is any, then, only for a block with a hit, a scalar pass appends the hits
  * in index order and stops as soon as S are found.
  *
- * The grid path (pcops_ball_query_cpu_variant; grid_cpu.inc, grid.h): cells of at least the
+ * The grid path (pcops_ball_query_cpu_path; grid_cpu.inc, grid.h): cells of at least the
  * radius; a query visits the cells overlapping its ball and keeps the S smallest in-range
  * indices in a max-heap (the refs of a cell are in index order: a cell is left once its
  * indices pass the heap's largest), sorted at the end: the brute force's result, bit for bit.
  */
 #include <math.h>
 
-#include "common.h"
+#include "cpu.h"
 #include "grid.h"
 #include "pcops.h"
 
@@ -96,33 +96,33 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
 #define BQ_GRID_CELL_PER_RADIUS 1.0
 #define BQ_GRID_MIN_N 512
 
-static pcops_search_variant ball_query_cpu_resolve(int64_t M, int64_t N,
-                                                   pcops_search_variant variant) {
-    if (N > INT32_MAX - 1 || M > INT32_MAX - 1) return PCOPS_SEARCH_BRUTE;
-    if (variant == PCOPS_SEARCH_GRID) return PCOPS_SEARCH_GRID;
-    if (variant != PCOPS_SEARCH_AUTO) return PCOPS_SEARCH_BRUTE;
-    return N >= BQ_GRID_MIN_N ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
+static pcops_ball_query_path ball_query_cpu_resolve(int64_t M, int64_t N,
+                                                   pcops_ball_query_path variant) {
+    if (N > INT32_MAX - 1 || M > INT32_MAX - 1) return PCOPS_BALL_QUERY_BRUTE;
+    if (variant == PCOPS_BALL_QUERY_GRID) return PCOPS_BALL_QUERY_GRID;
+    if (variant != PCOPS_BALL_QUERY_AUTO) return PCOPS_BALL_QUERY_BRUTE;
+    return N >= BQ_GRID_MIN_N ? PCOPS_BALL_QUERY_GRID : PCOPS_BALL_QUERY_BRUTE;
 }
 
 size_t pcops_ball_query_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
                                             double radius2, int64_t S,
-                                            pcops_search_variant variant) {
+                                            pcops_ball_query_path variant) {
     (void)radius2;
     if (B <= 0 || M <= 0 || N < 0 || S < 1) return 0;
-    if (ball_query_cpu_resolve(M, N, variant) != PCOPS_SEARCH_GRID) return 0;
+    if (ball_query_cpu_resolve(M, N, variant) != PCOPS_BALL_QUERY_GRID) return 0;
     const int64_t budget = pcops_grid_budget(N, 1.0);
     /* the grids, then the query order (kernels/ball_query_cpu.inc) */
     return pcops_grid_carve(NULL, B, N, budget, pcops_dtype_size(dtype), NULL) +
            (size_t)(2 * B * M + B * (budget + 2)) * sizeof(int32_t);
 }
 
-pcops_status pcops_ball_query_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+pcops_status pcops_ball_query_cpu_path(pcops_dtype dtype, const void* query, const void* ref,
                                           const int64_t* query_lengths,
                                           const int64_t* ref_lengths, int64_t B, int64_t M,
                                           int64_t N, double radius2, int64_t S,
-                                          pcops_search_variant variant, void* workspace,
+                                          pcops_ball_query_path variant, void* workspace,
                                           int64_t* idx, int64_t* count) {
-    if (ball_query_cpu_resolve(M, N, variant) != PCOPS_SEARCH_GRID || B <= 0 || M <= 0 || S < 1)
+    if (ball_query_cpu_resolve(M, N, variant) != PCOPS_BALL_QUERY_GRID || B <= 0 || M <= 0 || S < 1)
         return pcops_ball_query_cpu(dtype, query, ref, query_lengths, ref_lengths, B, M, N,
                                     radius2, S, idx, count);
     if (N < 0) return PCOPS_ERROR_INVALID_VALUE;

@@ -47,7 +47,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "common.h"
+#include "geometry.h"
 #include "grid.h"
 #include "grid_cuda.cuh"
 #include "pcops.h"
@@ -167,7 +167,7 @@ cudaError_t launch_ball_query(const T* query, const T* ref, const int64_t* query
 }
 
 // ------------------------------------------------------------------------------------------
-// the split brute force (PCOPS_SEARCH_BRUTE_SPLIT and PCOPS_SEARCH_SPLIT_SORTED, S <= kSplitMaxS)
+// the split brute force (PCOPS_BALL_QUERY_BRUTE_SPLIT and PCOPS_BALL_QUERY_SPLIT_SORTED, S <= kSplitMaxS)
 //
 // A block of W warps takes 32 queries of one cloud, one per lane, and splits the cloud's refs
 // into W consecutive ranges of whole 32-ref chunks, one per warp. Every lane tests refs against
@@ -446,7 +446,7 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
     }
 }
 
-// The spatial order of the queries (PCOPS_SEARCH_SPLIT_SORTED): one block per cloud bins its
+// The spatial order of the queries (PCOPS_BALL_QUERY_SPLIT_SORTED): one block per cloud bins its
 // queries by a cell of `bits` bits per axis over the box of its valid finite queries, numbered
 // along a Hilbert curve (consecutive cells are neighbours, so a run of cells -- a block's 32
 // queries -- is compact: at B=16 N=4096 M=1024 r=0.1 the widened boxes hold 11 % of the refs
@@ -857,7 +857,7 @@ cudaError_t launch_ball_query_grid(const pcops_ball_query_cuda_plan& plan, const
 
 extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M,
                                                        int64_t N, double radius2, int64_t S,
-                                                       pcops_search_variant variant,
+                                                       pcops_ball_query_path variant,
                                                        pcops_ball_query_cuda_plan* plan) {
     if (!plan) return cudaErrorInvalidValue;
     *plan = pcops_ball_query_cuda_plan{};
@@ -869,6 +869,7 @@ extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_
     plan->N = N;
     plan->S = S;
     plan->radius2 = radius2;
+    const pcops_ball_query_path requested = variant;
     const int64_t cells = pcops_grid_budget(N, 1.0);
     const bool grid_ok = 2 * B * cells + 1 < INT_MAX && B * N < INT_MAX && B * M < INT_MAX;
     // AUTO, from the H100 (BENCHMARKS.md, stops 24 and 26; uniform clouds, ~S/2 refs a ball, ms
@@ -889,29 +890,31 @@ extern "C" cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_
     const double pairs = (double)B * (double)M * (double)N;
     const int warps = dtype == PCOPS_FLOAT32 ? split_warps<float>(N, S) : split_warps<double>(N, S);
     const bool few_groups = N > 40960 * (int64_t)warps && B * ((M + 31) / 32) < 264;
-    if (variant == PCOPS_SEARCH_AUTO) {
+    if (variant == PCOPS_BALL_QUERY_AUTO) {
         if (split_ok && pairs <= 2e9 && !few_groups)
-            variant = pairs >= kSortedMinPairs ? PCOPS_SEARCH_SPLIT_SORTED
-                                               : PCOPS_SEARCH_BRUTE_SPLIT;
+            variant = pairs >= kSortedMinPairs ? PCOPS_BALL_QUERY_SPLIT_SORTED
+                                               : PCOPS_BALL_QUERY_BRUTE_SPLIT;
         else if (N >= 16384)
-            variant = PCOPS_SEARCH_GRID;
+            variant = PCOPS_BALL_QUERY_GRID;
         else
-            variant = split_ok ? PCOPS_SEARCH_SPLIT_SORTED : PCOPS_SEARCH_BRUTE;
+            variant = split_ok ? PCOPS_BALL_QUERY_SPLIT_SORTED : PCOPS_BALL_QUERY_BRUTE;
     }
-    if (variant == PCOPS_SEARCH_GRID && !grid_ok) variant = PCOPS_SEARCH_BRUTE_SPLIT;
-    if ((variant == PCOPS_SEARCH_BRUTE_SPLIT || variant == PCOPS_SEARCH_SPLIT_SORTED) && !split_ok)
-        variant = PCOPS_SEARCH_BRUTE;
-    if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_SPLIT &&
-        variant != PCOPS_SEARCH_SPLIT_SORTED)
-        variant = PCOPS_SEARCH_BRUTE;
-    plan->variant = variant;
-    if (variant == PCOPS_SEARCH_BRUTE_SPLIT || variant == PCOPS_SEARCH_SPLIT_SORTED)
+    if (variant == PCOPS_BALL_QUERY_GRID && !grid_ok) variant = PCOPS_BALL_QUERY_BRUTE_SPLIT;
+    if ((variant == PCOPS_BALL_QUERY_BRUTE_SPLIT || variant == PCOPS_BALL_QUERY_SPLIT_SORTED) && !split_ok)
+        variant = PCOPS_BALL_QUERY_BRUTE;
+    if (variant != PCOPS_BALL_QUERY_GRID && variant != PCOPS_BALL_QUERY_BRUTE_SPLIT &&
+        variant != PCOPS_BALL_QUERY_SPLIT_SORTED)
+        variant = PCOPS_BALL_QUERY_BRUTE;
+    if (requested != PCOPS_BALL_QUERY_AUTO && variant != requested)
+        return cudaErrorInvalidValue;  // a forced path runs as asked or not at all
+    plan->path = variant;
+    if (variant == PCOPS_BALL_QUERY_BRUTE_SPLIT || variant == PCOPS_BALL_QUERY_SPLIT_SORTED)
         plan->warps = warps;
-    if (variant == PCOPS_SEARCH_SPLIT_SORTED && B > 0 && M > 0) {
+    if (variant == PCOPS_BALL_QUERY_SPLIT_SORTED && B > 0 && M > 0) {
         plan->order_bits = order_bits_for(M);
         plan->workspace_bytes = order_workspace_bytes(B, M);
     }
-    if (variant == PCOPS_SEARCH_GRID && B > 0 && M > 0) {
+    if (variant == PCOPS_BALL_QUERY_GRID && B > 0 && M > 0) {
         plan->cells = cells;
         // the stable grid of the refs, then the counting sort of the queries (no refs)
         plan->workspace_bytes =
@@ -931,17 +934,17 @@ extern "C" cudaError_t pcops_ball_query_cuda_run(const pcops_ball_query_cuda_pla
                                                  int64_t* idx, int64_t* count,
                                                  cudaStream_t stream) {
     if (!plan) return cudaErrorInvalidValue;
-    if (plan->variant == PCOPS_SEARCH_BRUTE)
+    if (plan->path == PCOPS_BALL_QUERY_BRUTE)
         return pcops_ball_query_cuda(plan->dtype, query, ref, query_lengths, ref_lengths, plan->B,
                                      plan->M, plan->N, plan->radius2, plan->S, idx, count, stream);
     if (plan->B == 0 || plan->M == 0) return cudaSuccess;
-    if (plan->variant == PCOPS_SEARCH_BRUTE_SPLIT || plan->variant == PCOPS_SEARCH_SPLIT_SORTED)
+    if (plan->path == PCOPS_BALL_QUERY_BRUTE_SPLIT || plan->path == PCOPS_BALL_QUERY_SPLIT_SORTED)
         return pcops_dispatch_float(plan->dtype, stream, [&](auto zero) {
             using T = decltype(zero);
             return launch_ball_query_split((const T*)query, (const T*)ref, query_lengths,
                                            ref_lengths, plan->B, plan->M, plan->N, plan->radius2,
                                            plan->S, plan->warps,
-                                           plan->variant == PCOPS_SEARCH_SPLIT_SORTED
+                                           plan->path == PCOPS_BALL_QUERY_SPLIT_SORTED
                                                ? plan->order_bits
                                                : 0,
                                            workspace, idx, count, stream);

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "circle_nms.h"
-#include "common.h"
+#include "cpu.h"
 #include "pcops.h"
 
 /* Sorts pos[0, M) by key[0, M) ascending, stably: an LSD radix sort over the low `bytes` bytes

@@ -3112,7 +3112,7 @@ extern "C" size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype,
     return grid_layout(nullptr, elem, score_dtype, N, 0).bytes;
 }
 
-extern "C" cudaError_t pcops_circle_nms_cuda_variant(
+extern "C" cudaError_t pcops_circle_nms_cuda_path(
     pcops_dtype dtype, const void* centers, int64_t D, pcops_dtype score_dtype,
     const void* scores, const int64_t* groups, int64_t N, double radius2, void* workspace,
     bool* keep_mask, int64_t* keep_idx, int64_t* num_kept, int variant, cudaStream_t stream) {
@@ -3143,7 +3143,7 @@ extern "C" cudaError_t pcops_circle_nms_cuda(pcops_dtype dtype, const void* cent
                                              void* workspace, bool* keep_mask,
                                              int64_t* keep_idx, int64_t* num_kept,
                                              cudaStream_t stream) {
-    return pcops_circle_nms_cuda_variant(dtype, centers, D, score_dtype, scores, groups, N,
+    return pcops_circle_nms_cuda_path(dtype, centers, D, score_dtype, scores, groups, N,
                                          radius2, workspace, keep_mask, keep_idx, num_kept, 0,
                                          stream);
 }

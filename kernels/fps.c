@@ -9,7 +9,7 @@
  * temp next. Chosen points get temp = -1, so they are never chosen again, even when the cloud
  * has duplicate points and every remaining temp is 0.
  *
- * Two paths, forced through pcops_fps_cpu_variant, chosen by size otherwise (fps_tree_pays);
+ * Two paths, forced through pcops_fps_cpu_path, chosen by size otherwise (fps_tree_pays);
  * both return the same bits (fps_cpu.inc):
  *  - SIMPLE: every step is one vectorised update + max pass over structure-of-arrays copies of
  *    x, y, z; the max is tracked on the float's bit pattern as an integer (non-negative floats
@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common.h"
+#include "cpu.h"
 #include "pcops.h"
 
 /* Points per chunk of the update + max pass (simple path). */
@@ -68,7 +68,7 @@ size_t pcops_fps_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N) {
     return (size_t)B * per_cloud;
 }
 
-pcops_status pcops_fps_cpu_variant(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+pcops_status pcops_fps_cpu_path(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                                    const int64_t* start, int64_t B, int64_t N, int64_t npoint,
                                    void* workspace, int64_t* idx, void* dist2, int variant) {
     if (B < 0 || N < 0 || npoint < 1) return PCOPS_ERROR_INVALID_VALUE;
@@ -93,6 +93,6 @@ pcops_status pcops_fps_cpu_variant(pcops_dtype dtype, const void* xyz, const int
 pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                            const int64_t* start, int64_t B, int64_t N, int64_t npoint,
                            void* workspace, int64_t* idx, void* dist2) {
-    return pcops_fps_cpu_variant(dtype, xyz, lengths, start, B, N, npoint, workspace, idx, dist2,
+    return pcops_fps_cpu_path(dtype, xyz, lengths, start, B, N, npoint, workspace, idx, dist2,
                                  PCOPS_FPS_AUTO);
 }

@@ -2220,7 +2220,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
         else if (d.major >= 9 && (N <= 8 * block_cap || B * 8 >= d.sms)) variant = PCOPS_FPS_CLUSTER;
         else variant = PCOPS_FPS_GRID;
         pcops_fps_cuda_plan q = *p;
-        q.variant = variant;
+        q.path = variant;
         bool ok = false;
         switch (variant) {
             case PCOPS_FPS_WARP:
@@ -2228,7 +2228,7 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
             case PCOPS_FPS_BLOCK_PRUNED:
                 ok = plan_pruned<T>(&q, B, N);
                 if (!ok) {
-                    q.variant = PCOPS_FPS_BLOCK;
+                    q.path = PCOPS_FPS_BLOCK;
                     ok = plan_group<T>(&q, B, N, PCOPS_FPS_BLOCK);
                 }
                 break;
@@ -2242,17 +2242,17 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int variant,
                 break;
         }
         if (!ok && variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER && N <= kMaxBucketGroups * 8 * 256) {
-            q.variant = PCOPS_FPS_BUCKET_ROUNDS;  // e.g. a build without sm_90 code
+            q.path = PCOPS_FPS_BUCKET_ROUNDS;  // e.g. a build without sm_90 code
             ok = plan_bucket_rounds<T>(&q, d, B, N, PCOPS_FPS_BUCKET_ROUNDS);
         }
         if (!ok) {  // e.g. no clusters on this device: the reference path takes any size
-            q.variant = PCOPS_FPS_SIMPLE;
+            q.path = PCOPS_FPS_SIMPLE;
             ok = plan_group<T>(&q, B, N, PCOPS_FPS_SIMPLE);
         }
         *p = q;
         return ok ? cudaSuccess : cudaErrorInvalidValue;
     }
-    p->variant = variant;
+    p->path = variant;
     bool ok = false;
     switch (variant) {
         case PCOPS_FPS_SIMPLE:
@@ -2298,12 +2298,12 @@ size_t plan_layout(const pcops_fps_cuda_plan* p, void* base, Scratch<T>* s) {
     *s = {};
     pcops_carver w = pcops_carver_init(base);
     const int64_t items = p->B * p->N;
-    const bool bucket = p->variant == PCOPS_FPS_BUCKET ||
-                        p->variant == PCOPS_FPS_BUCKET_GROUPS ||
-                        p->variant == PCOPS_FPS_BUCKET_ROUNDS ||
-                        p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER;
+    const bool bucket = p->path == PCOPS_FPS_BUCKET ||
+                        p->path == PCOPS_FPS_BUCKET_GROUPS ||
+                        p->path == PCOPS_FPS_BUCKET_ROUNDS ||
+                        p->path == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER;
     if (p->points_per_thread == 0 || bucket) s->temp = (T*)pcops_carve(&w, items, sizeof(T));
-    if (p->variant == PCOPS_FPS_GRID)
+    if (p->path == PCOPS_FPS_GRID)
         s->slots = (Candidate<T>*)pcops_carve(&w, 2 * p->blocks, sizeof(Candidate<T>));
     if (bucket) {
         s->sort_bits = 32;
@@ -2344,7 +2344,7 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
     }
     const int64_t S = 32 * (int64_t)p->points_per_thread;
     if constexpr (sizeof(T) == 4) {
-        if (p->variant == PCOPS_FPS_BUCKET_GROUPS) {
+        if (p->path == PCOPS_FPS_BUCKET_GROUPS) {
             // each bucket's farthest point and index, the list: <= 96 KiB (4096 buckets)
             const size_t smem = (size_t)((N + S - 1) / S) * (sizeof(float4) + 2 * sizeof(int));
             auto launch = [&](auto kernel) {
@@ -2367,8 +2367,8 @@ cudaError_t run_bucket(const pcops_fps_cuda_plan* p, const Scratch<T>& s, const 
                 default: return cudaErrorInvalidValue;
             }
         }
-        if (p->variant == PCOPS_FPS_BUCKET_ROUNDS ||
-            p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER) {
+        if (p->path == PCOPS_FPS_BUCKET_ROUNDS ||
+            p->path == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER) {
             // a block's buckets: each one's farthest point, index and flagged-list slot
             // (<= 112 KiB)
             const int64_t blocks = p->blocks_per_cloud;
@@ -2442,10 +2442,10 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
     Scratch<T> s;
     plan_layout<T>(p, workspace, &s);
     if (p->workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-    if (p->variant == PCOPS_FPS_BUCKET || p->variant == PCOPS_FPS_BUCKET_GROUPS ||
-        p->variant == PCOPS_FPS_BUCKET_ROUNDS || p->variant == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER)
+    if (p->path == PCOPS_FPS_BUCKET || p->path == PCOPS_FPS_BUCKET_GROUPS ||
+        p->path == PCOPS_FPS_BUCKET_ROUNDS || p->path == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER)
         return run_bucket<T>(p, s, xyz, lengths, start, B, N, npoint, idx, dist2, stream);
-    if (p->variant == PCOPS_FPS_BLOCK_PRUNED) {
+    if (p->path == PCOPS_FPS_BLOCK_PRUNED) {
         const bool smem_points = p->warps_per_cloud > 16;
         const size_t smem =
             pruned_smem_bytes<T>(p->warps_per_cloud, N, smem_points, p->points_per_thread);
@@ -2468,7 +2468,7 @@ cudaError_t run_plan(const pcops_fps_cuda_plan* p, const T* xyz, const int64_t* 
     Candidate<T>* slots = s.slots;
     return with_points<T>(p->points_per_thread, [&](auto pts) -> cudaError_t {
         using Points = decltype(pts);
-        switch (p->variant) {
+        switch (p->path) {
             case PCOPS_FPS_SIMPLE:
             case PCOPS_FPS_WARP:
             case PCOPS_FPS_BLOCK: {

@@ -14,7 +14,8 @@
  *      dtype switch of the extern "C" launchers.
  *
  * How to use it (for every kernel file):
- *   - #include "geometry.h" (it includes nothing from torch; common.h is now a shim for it).
+ *   - #include "geometry.h" (it includes nothing from torch; the C files include cpu.h, which
+ *     includes it).
  *   - Distances: d = pcops_dist2_f32(ax, ay, az, bx, by, bz) (or _f64, or _xy_ for circle NMS)
  *     instead of writing dx*dx + dy*dy + dz*dz. The build passes no -fmad=false or
  *     -ffp-contract=off: these functions are the only guarantee, so every kernel calls them.

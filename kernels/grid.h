@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "geometry.h"
 
 /* 1 - 2**-14: a squared distance computed in float32 is at least (1 - 6 * 2**-24) times the
  * exact one; the slack leaves room for the rounding of the bound itself. */

@@ -27,7 +27,7 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "common.h"
+#include "geometry.h"
 #include "grid.h"
 
 namespace pcops_grid_cuda {

@@ -30,7 +30,7 @@
 #include <omp.h>
 #endif
 
-#include "common.h"
+#include "cpu.h"
 #include "pcops.h"
 
 /* Channels per backward task: 256 floats = 1 KiB of each row. */

@@ -15,7 +15,7 @@
  * Work sharing: OpenMP over the B*M output rows; each row reads K feature rows of C elements
  * (contiguous, vectorised over c). Small calls run on one thread.
  */
-#include "common.h"
+#include "cpu.h"
 #include "pcops.h"
 
 /* Below this many multiply-adds a call runs on one thread. */

@@ -25,7 +25,7 @@
  *
  * Work sharing: OpenMP over (cloud, block of queries) pairs, schedule(dynamic).
  *
- * The grid path (pcops_knn_cpu_variant with GRID, or AUTO on large clouds; knn_cpu.inc,
+ * The grid path (pcops_knn_cpu_path with GRID, or AUTO on large clouds; knn_cpu.inc,
  * grid_cpu.inc, grid.h): the refs of each cloud are binned into a uniform grid, the queries
  * are visited in cell order, and each query walks the cells in rings of growing distance (the
  * block of cells [c - 1, c + 1] first), skipping planes and rows whose conservative lower bound
@@ -43,7 +43,7 @@
 #include <omp.h>
 #endif
 
-#include "common.h"
+#include "cpu.h"
 #include "grid.h"
 #include "pcops.h"
 
@@ -329,31 +329,31 @@ static int64_t knn_grid_budget(int64_t N, int64_t K) {
 }
 
 /* The variant that runs: AUTO chooses by size; the grid needs indices that fit int32. */
-static pcops_search_variant knn_cpu_resolve(int64_t M, int64_t N, int64_t K,
-                                            pcops_search_variant variant) {
-    if (N > INT32_MAX - 1 || M > INT32_MAX - 1) return PCOPS_SEARCH_BRUTE;
-    if (variant == PCOPS_SEARCH_GRID || variant == PCOPS_SEARCH_GRID_BASELINE)
-        return PCOPS_SEARCH_GRID;
-    if (variant != PCOPS_SEARCH_AUTO) return PCOPS_SEARCH_BRUTE;
-    return N >= KNN_GRID_MIN_N && K * 8 <= N ? PCOPS_SEARCH_GRID : PCOPS_SEARCH_BRUTE;
+static pcops_knn_path knn_cpu_resolve(int64_t M, int64_t N, int64_t K,
+                                            pcops_knn_path variant) {
+    if (N > INT32_MAX - 1 || M > INT32_MAX - 1) return PCOPS_KNN_BRUTE;
+    if (variant == PCOPS_KNN_GRID || variant == PCOPS_KNN_GRID_BASELINE)
+        return PCOPS_KNN_GRID;
+    if (variant != PCOPS_KNN_AUTO) return PCOPS_KNN_BRUTE;
+    return N >= KNN_GRID_MIN_N && K * 8 <= N ? PCOPS_KNN_GRID : PCOPS_KNN_BRUTE;
 }
 
 size_t pcops_knn_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
-                                     int64_t K, pcops_search_variant variant) {
+                                     int64_t K, pcops_knn_path variant) {
     if (B <= 0 || M <= 0 || N < 0 || K < 1) return 0;
-    if (knn_cpu_resolve(M, N, K, variant) != PCOPS_SEARCH_GRID) return 0;
+    if (knn_cpu_resolve(M, N, K, variant) != PCOPS_KNN_GRID) return 0;
     const int64_t budget = knn_grid_budget(N, K);
     /* the grids, then the query order (kernels/knn_cpu.inc, knn_grid_batch) */
     return pcops_grid_carve(NULL, B, N, budget, pcops_dtype_size(dtype), NULL) +
            (size_t)(2 * B * M + B * (budget + 2)) * sizeof(int32_t);
 }
 
-pcops_status pcops_knn_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void* ref,
                                    const int64_t* query_lengths, const int64_t* ref_lengths,
                                    int64_t B, int64_t M, int64_t N, int64_t K,
-                                   pcops_search_variant variant, void* workspace, void* dist2,
+                                   pcops_knn_path variant, void* workspace, void* dist2,
                                    int64_t* idx) {
-    if (knn_cpu_resolve(M, N, K, variant) != PCOPS_SEARCH_GRID || B <= 0 || M <= 0 || K < 1)
+    if (knn_cpu_resolve(M, N, K, variant) != PCOPS_KNN_GRID || B <= 0 || M <= 0 || K < 1)
         return pcops_knn_cpu(dtype, query, ref, query_lengths, ref_lengths, B, M, N, K, dist2,
                              idx);
     if (N < 0) return PCOPS_ERROR_INVALID_VALUE;
@@ -363,7 +363,7 @@ pcops_status pcops_knn_cpu_variant(pcops_dtype dtype, const void* query, const v
     switch (dtype) {
         case PCOPS_FLOAT32:
 #if KNN_WIDE
-            if (variant != PCOPS_SEARCH_GRID_BASELINE && knn_wide_list()) {
+            if (variant != PCOPS_KNN_GRID_BASELINE && knn_wide_list()) {
                 knn_grid_batch_f32w((const float*)query, (const float*)ref, query_lengths,
                                     ref_lengths, B, M, N, K, budget, workspace, (float*)dist2,
                                     idx);

@@ -61,7 +61,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "common.h"
+#include "geometry.h"
 #include "grid.h"
 #include "grid_cuda.cuh"
 #include "warp.cuh"
@@ -1383,7 +1383,7 @@ cudaError_t launch_grid(const pcops_knn_cuda_plan& plan, const T* query, const T
     const int32_t* order = s.order;
     GridParams p{query_lengths, ref_lengths, plan.B, plan.M, plan.N, stride, (int)plan.K,
                  s.grids, s.start, s.ids};
-    if (plan.variant == PCOPS_SEARCH_GRID_SELECT) {
+    if (plan.path == PCOPS_KNN_GRID_SELECT) {
         if constexpr (std::is_same<T, float>::value) {
             const int64_t blocks = (plan.B * plan.M + kGridSelectWarps - 1) / kGridSelectWarps;
             if (blocks > INT_MAX) return cudaErrorInvalidValue;
@@ -1398,7 +1398,7 @@ cudaError_t launch_grid(const pcops_knn_cuda_plan& plan, const T* query, const T
     const int64_t blocks = (plan.B * plan.M + kThreads - 1) / kThreads;
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
     const unsigned g = (unsigned)blocks;
-    if (plan.variant == PCOPS_SEARCH_GRID_BATCH) {
+    if (plan.path == PCOPS_KNN_GRID_BATCH) {
         if constexpr (std::is_same<T, float>::value) {
             switch (register_bucket(plan.K)) {
                 case 1:
@@ -1448,7 +1448,7 @@ int select_buf_entries(int64_t K, int64_t N) {
 }
 
 cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_t K,
-                      pcops_search_variant variant, pcops_knn_cuda_plan* plan) {
+                      pcops_knn_path variant, pcops_knn_cuda_plan* plan) {
     if (!plan) return cudaErrorInvalidValue;
     *plan = pcops_knn_cuda_plan{};
     if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return cudaErrorInvalidValue;
@@ -1459,9 +1459,9 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     if (err != cudaSuccess) return err;
     // GRID_BASELINE: the grid with the general build even where the one-block build applies
     // (tests reach both builds)
-    const pcops_search_variant requested = variant;
-    const bool baseline_build = variant == PCOPS_SEARCH_GRID_BASELINE;
-    if (baseline_build) variant = PCOPS_SEARCH_GRID;
+    const pcops_knn_path requested = variant;
+    const bool baseline_build = variant == PCOPS_KNN_GRID_BASELINE;
+    if (baseline_build) variant = PCOPS_KNN_GRID;
     plan->dtype = dtype;
     plan->B = B;
     plan->M = M;
@@ -1482,46 +1482,53 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
     // N=1024 k=32 0.082 against the grid's 0.190 and the brute force's 0.310, k=16 0.078
     // against 0.116 / 0.131, N=256 k=16 0.067 against 0.059-0.14 (noise-level); k < 16 not
     // measured: the register lists keep it.
-    if (variant == PCOPS_SEARCH_AUTO && warp_select_ok(dtype, N) && K >= 16)
-        variant = PCOPS_SEARCH_WARP_SELECT;
+    if (variant == PCOPS_KNN_AUTO && warp_select_ok(dtype, N) && K >= 16)
+        variant = PCOPS_KNN_WARP_SELECT;
     // The grid select from k = 64 (float32; H100, L2 flushed, ms from an idle GPU): B=16
     // M=N=4096 k=64 0.71 against the register grid's 0.96, M=N=1e5 k=64 1.13 against 1.38,
     // B=4 M=N=8192 k=100 0.51 against the heap grid's 1.14; at k = 16 it was 2-4x slower.
-    if (variant == PCOPS_SEARCH_AUTO && dtype == PCOPS_FLOAT32 && K >= 64 &&
+    if (variant == PCOPS_KNN_AUTO && dtype == PCOPS_FLOAT32 && K >= 64 &&
         K <= kGridSelectMaxK && 8 * K <= N)
-        variant = PCOPS_SEARCH_GRID_SELECT;
-    if (variant == PCOPS_SEARCH_AUTO)
-        variant = K <= max_reg && 8 * K <= N && N >= 1024 ? PCOPS_SEARCH_GRID
-                                                          : PCOPS_SEARCH_BRUTE;
+        variant = PCOPS_KNN_GRID_SELECT;
+    if (variant == PCOPS_KNN_AUTO)
+        variant = K <= max_reg && 8 * K <= N && N >= 1024 ? PCOPS_KNN_GRID
+                                                          : PCOPS_KNN_BRUTE;
     // The batched insertion for float32 lists of 8 and 16 (k = 5..16; H100, L2 flushed, ms from
     // an idle GPU / queued, register grid -> batched): B=16 M=N=4096 k=16 0.183 / 0.163 -> 0.152
     // / 0.131, B=8 M=N=16384 0.283 / 0.257 -> 0.242 / 0.218, M=N=1e5 0.240 / 0.216 -> 0.213 /
     // 0.191, the KITTI scan 1.103 / 1.073 -> 0.995 / 0.970, Gaussian blobs 16 x 4096 0.530 /
     // 0.509 -> 0.446 / 0.429, 4 x 8192 k=8 0.100 / 0.077 -> 0.096 / 0.074; k = 32 level (0.297
     // / 0.297 queued), k = 64 slower (the grid select takes it); k <= 4 keeps its short lists.
-    if (variant == PCOPS_SEARCH_GRID && requested == PCOPS_SEARCH_AUTO &&
+    if (variant == PCOPS_KNN_GRID && requested == PCOPS_KNN_AUTO &&
         dtype == PCOPS_FLOAT32 && K >= 5 && K <= 16)
-        variant = PCOPS_SEARCH_GRID_BATCH;
-    if (variant == PCOPS_SEARCH_GRID_SELECT && (dtype != PCOPS_FLOAT32 || K > kGridSelectMaxK))
-        variant = PCOPS_SEARCH_GRID;
-    if (variant == PCOPS_SEARCH_GRID_BATCH && (dtype != PCOPS_FLOAT32 || K > max_reg))
-        variant = PCOPS_SEARCH_GRID;
-    const bool on_grid = variant == PCOPS_SEARCH_GRID || variant == PCOPS_SEARCH_GRID_SELECT ||
-                         variant == PCOPS_SEARCH_GRID_BATCH;
-    if (on_grid && !grid_ok) variant = PCOPS_SEARCH_BRUTE;
-    if (variant == PCOPS_SEARCH_WARP_SELECT && !warp_select_ok(dtype, N))
-        variant = PCOPS_SEARCH_BRUTE;
-    if (variant == PCOPS_SEARCH_BRUTE && K > max_reg) variant = PCOPS_SEARCH_BRUTE_HEAP;
-    if (variant != PCOPS_SEARCH_GRID && variant != PCOPS_SEARCH_BRUTE_HEAP &&
-        variant != PCOPS_SEARCH_WARP_SELECT && variant != PCOPS_SEARCH_GRID_SELECT &&
-        variant != PCOPS_SEARCH_GRID_BATCH)
-        variant = PCOPS_SEARCH_BRUTE;
-    plan->variant = variant;
+        variant = PCOPS_KNN_GRID_BATCH;
+    if (variant == PCOPS_KNN_GRID_SELECT && (dtype != PCOPS_FLOAT32 || K > kGridSelectMaxK))
+        variant = PCOPS_KNN_GRID;
+    if (variant == PCOPS_KNN_GRID_BATCH && (dtype != PCOPS_FLOAT32 || K > max_reg))
+        variant = PCOPS_KNN_GRID;
+    const bool on_grid = variant == PCOPS_KNN_GRID || variant == PCOPS_KNN_GRID_SELECT ||
+                         variant == PCOPS_KNN_GRID_BATCH;
+    if (on_grid && !grid_ok) variant = PCOPS_KNN_BRUTE;
+    if (variant == PCOPS_KNN_WARP_SELECT && !warp_select_ok(dtype, N))
+        variant = PCOPS_KNN_BRUTE;
+    if (variant == PCOPS_KNN_BRUTE && K > max_reg) variant = PCOPS_KNN_BRUTE_HEAP;
+    if (variant != PCOPS_KNN_GRID && variant != PCOPS_KNN_BRUTE_HEAP &&
+        variant != PCOPS_KNN_WARP_SELECT && variant != PCOPS_KNN_GRID_SELECT &&
+        variant != PCOPS_KNN_GRID_BATCH)
+        variant = PCOPS_KNN_BRUTE;
+    // A forced path runs as asked or not at all (the brute force keeps its lists in a heap past
+    // the register lists; GRID_BASELINE is the grid's general build).
+    if (requested != PCOPS_KNN_AUTO) {
+        const pcops_knn_path want = baseline_build ? PCOPS_KNN_GRID : requested;
+        if (variant != want && !(want == PCOPS_KNN_BRUTE && variant == PCOPS_KNN_BRUTE_HEAP))
+            return cudaErrorInvalidValue;
+    }
+    plan->path = variant;
     plan->splits = 1;
     if (B == 0 || M == 0) return cudaSuccess;
-    if (variant == PCOPS_SEARCH_GRID || variant == PCOPS_SEARCH_GRID_SELECT ||
-        variant == PCOPS_SEARCH_GRID_BATCH) {
-        plan->cells = variant == PCOPS_SEARCH_GRID_SELECT ? grid_select_cells(N, K) : cells;
+    if (variant == PCOPS_KNN_GRID || variant == PCOPS_KNN_GRID_SELECT ||
+        variant == PCOPS_KNN_GRID_BATCH) {
+        plan->cells = variant == PCOPS_KNN_GRID_SELECT ? grid_select_cells(N, K) : cells;
         plan->small_build = pcops_grid_cuda::small_build_ok(N, M, plan->cells) && !baseline_build;
         const int64_t stride = plan->small_build ? plan->cells + 1 : plan->cells;
         plan->workspace_bytes =
@@ -1530,7 +1537,7 @@ cudaError_t make_plan(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_
                                                          !plan->small_build)
                 : pcops_grid_cuda::carve_counting<double>(nullptr, B, N, M, stride, nullptr,
                                                           !plan->small_build);
-    } else if (variant == PCOPS_SEARCH_BRUTE) {
+    } else if (variant == PCOPS_KNN_BRUTE) {
         plan->splits = choose_splits(B, M, N, K, info.sms);
         if (plan->splits > 1)
             // part_d [B,S,M,K] T, then part_i [B,S,M,K] int (T is 4 or 8 bytes: int aligned)
@@ -1545,8 +1552,8 @@ cudaError_t launch_knn(const pcops_knn_cuda_plan& plan, const T* query, const T*
                        const int64_t* query_lengths, const int64_t* ref_lengths,
                        void* workspace, T* dist2, int64_t* idx, cudaStream_t stream) {
     if (plan.workspace_bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-    if (plan.variant == PCOPS_SEARCH_GRID || plan.variant == PCOPS_SEARCH_GRID_SELECT ||
-        plan.variant == PCOPS_SEARCH_GRID_BATCH)
+    if (plan.path == PCOPS_KNN_GRID || plan.path == PCOPS_KNN_GRID_SELECT ||
+        plan.path == PCOPS_KNN_GRID_BATCH)
         return launch_grid<T>(plan, query, ref, query_lengths, ref_lengths, workspace, dist2, idx,
                               stream);
     DeviceInfo info;
@@ -1560,12 +1567,12 @@ cudaError_t launch_knn(const pcops_knn_cuda_plan& plan, const T* query, const T*
     p.M = M;
     p.N = N;
     p.k = (int)K;
-    if (plan.variant == PCOPS_SEARCH_BRUTE_HEAP) {
+    if (plan.path == PCOPS_KNN_BRUTE_HEAP) {
         p.splits = 1;
         p.split_len = N;
         return launch_heap(query, ref, p, B, info, dist2, idx, stream);
     }
-    if (plan.variant == PCOPS_SEARCH_WARP_SELECT) {
+    if (plan.path == PCOPS_KNN_WARP_SELECT) {
         if constexpr (std::is_same<T, float>::value) {
             const int64_t blocks = (B * M + kSelectWarps - 1) / kSelectWarps;
             if (blocks > INT_MAX) return cudaErrorInvalidValue;
@@ -1600,7 +1607,7 @@ cudaError_t launch_knn(const pcops_knn_cuda_plan& plan, const T* query, const T*
 
 extern "C" cudaError_t pcops_knn_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M,
                                                 int64_t N, int64_t K,
-                                                pcops_search_variant variant,
+                                                pcops_knn_path variant,
                                                 pcops_knn_cuda_plan* plan) {
     return make_plan(dtype, B, M, N, K, variant, plan);
 }
@@ -1621,7 +1628,7 @@ extern "C" cudaError_t pcops_knn_cuda_run(const pcops_knn_cuda_plan* plan, const
 extern "C" size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M,
                                                  int64_t N, int64_t K) {
     pcops_knn_cuda_plan plan;
-    if (make_plan(dtype, B, M, N, K, PCOPS_SEARCH_AUTO, &plan) != cudaSuccess) return 0;
+    if (make_plan(dtype, B, M, N, K, PCOPS_KNN_AUTO, &plan) != cudaSuccess) return 0;
     return plan.workspace_bytes;
 }
 
@@ -1631,7 +1638,7 @@ extern "C" cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, cons
                                       void* workspace, void* dist2, int64_t* idx,
                                       cudaStream_t stream) {
     pcops_knn_cuda_plan plan;
-    const cudaError_t err = make_plan(dtype, B, M, N, K, PCOPS_SEARCH_AUTO, &plan);
+    const cudaError_t err = make_plan(dtype, B, M, N, K, PCOPS_KNN_AUTO, &plan);
     if (err != cudaSuccess) return err;
     return pcops_knn_cuda_run(&plan, query, ref, query_lengths, ref_lengths, workspace, dist2,
                               idx, stream);

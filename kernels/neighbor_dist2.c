@@ -17,7 +17,7 @@
  *
  * Work sharing: OpenMP over the B*M query rows; small calls run on one thread.
  */
-#include "common.h"
+#include "cpu.h"
 #include "pcops.h"
 
 /* Below this many distances a call runs on one thread. */

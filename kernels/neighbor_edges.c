@@ -15,7 +15,7 @@
  * Work sharing: OpenMP over the rows (each row's edges go to its own range); the prefix sum
  * of the counts is serial. Small calls run on one thread.
  */
-#include "common.h"
+#include "cpu.h"
 #include "pcops.h"
 
 /* Below this many slots a call runs on one thread. */

@@ -43,6 +43,8 @@
 #define PCOPS_HAVE_CUDA_API 1
 #endif
 
+#include "paths.h"
+
 #ifdef __cplusplus
 #define PCOPS_RESTRICT __restrict__
 extern "C" {
@@ -77,6 +79,11 @@ const char* pcops_status_string(pcops_status status);
 /* Bytes of one element of `dtype` (0 for an unknown value). */
 size_t pcops_dtype_size(pcops_dtype dtype);
 
+/* The path table of an op with several paths: "furthest_point_sample", "knn", "ball_query" or
+ * "circle_nms" (kernels/paths.h). Returns the rows, ids ascending from 0 (AUTO), and their
+ * number in *count; NULL (and *count 0) for any other name. */
+const pcops_path_info* pcops_path_table(const char* op, int* count);
+
 /* ------------------------------------------------------------------------------------------
  * Furthest point sampling (kernels/fps.c, kernels/fps.cu)
  *
@@ -91,41 +98,23 @@ size_t pcops_dtype_size(pcops_dtype dtype);
  * and dist2 0. dtype: FLOAT32 or FLOAT64.
  * ---------------------------------------------------------------------------------------- */
 
-/* The FPS paths. Every path returns the same bits; AUTO chooses by size (and device). Tests and
- * benchmarks force one through the *_variant entry points. A path that does not exist on the
+/* The FPS paths: kernels/fps_paths.h (the table), kernels/README.md (what each does and when
+ * AUTO takes it). Every path returns the same bits; AUTO chooses by size (and device). Tests and
+ * benchmarks force one through the *_path entry points. A path that does not exist on the
  * device, or cannot take the sizes, is an error (PCOPS_ERROR_INVALID_VALUE /
  * cudaErrorInvalidValue), never a silent substitute. */
-typedef enum pcops_fps_variant {
-    PCOPS_FPS_AUTO = 0,
-    PCOPS_FPS_SIMPLE = 1,  /* CPU and CUDA: every step is a pass over the cloud (reference) */
-    PCOPS_FPS_TREE = 2,    /* CPU: KD tree, a step visits only the boxes the sample can change */
-    PCOPS_FPS_WARP = 3,    /* CUDA: several clouds per block, one warp per cloud, registers */
-    PCOPS_FPS_BLOCK = 4,   /* CUDA: one block per cloud, points in registers */
-    PCOPS_FPS_CLUSTER = 5, /* CUDA (sm_90): a thread-block cluster per cloud, registers */
-    PCOPS_FPS_GRID = 6,    /* CUDA: the whole (co-resident) grid on one cloud at a time */
-    PCOPS_FPS_BUCKET = 7,  /* CUDA: points sorted into spatial buckets, a block per cloud; a
-                              step updates only the buckets the sample can change */
-    PCOPS_FPS_BUCKET_GROUPS = 8, /* CUDA, float32: the buckets in groups with a box each, tested
-                                    first; the buckets in shared memory */
-    PCOPS_FPS_BUCKET_ROUNDS = 9, /* CUDA, float32: the grouped buckets, several samples a round
-                                    (those the round proves are the next ones) */
-    PCOPS_FPS_BUCKET_ROUNDS_CLUSTER = 10, /* CUDA (sm_90), float32: the same, the buckets of a
-                                             cloud spread over a cluster of 2-8 blocks */
-    PCOPS_FPS_BLOCK_PRUNED = 11, /* CUDA: BLOCK with the points dealt to the warps by space; a
-                                    step skips the warps the new sample cannot change (float up
-                                    to 12288 points, double up to 4096) */
-} pcops_fps_variant;
+typedef enum pcops_fps_path { PCOPS_FPS_PATHS(PCOPS_PATH_ENUM_FPS) PCOPS_FPS_PATH_END } pcops_fps_path;
 
-/* Workspace of the CPU paths (any variant). */
+/* Workspace of the CPU paths (any path). */
 size_t pcops_fps_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N);
 
 pcops_status pcops_fps_cpu(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                            const int64_t* start, int64_t B, int64_t N, int64_t npoint,
                            void* workspace, int64_t* idx, void* dist2);
-/* The same with a forced path: AUTO, SIMPLE or TREE. */
-pcops_status pcops_fps_cpu_variant(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+/* The same with a forced path: AUTO, SIMPLE or TREE (pcops_fps_path). */
+pcops_status pcops_fps_cpu_path(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
                                    const int64_t* start, int64_t B, int64_t N, int64_t npoint,
-                                   void* workspace, int64_t* idx, void* dist2, int variant);
+                                   void* workspace, int64_t* idx, void* dist2, int path);
 
 /* ------------------------------------------------------------------------------------------
  * k nearest neighbours (kernels/knn.c, kernels/knn.cu)
@@ -144,47 +133,21 @@ pcops_status pcops_knn_cpu(pcops_dtype dtype, const void* query, const void* ref
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
                            int64_t M, int64_t N, int64_t K, void* dist2, int64_t* idx);
 
-/* Search variants of kNN and ball query. Every variant returns the same result, bit for bit;
- * tests and benchmarks force one, AUTO chooses by size. BRUTE scans every valid ref (the
- * reference; needs no workspace); GRID bins the refs of each cloud into a uniform grid
- * (kernels/grid.h) and visits only cells that can hold a result; BRUTE_HEAP (CUDA kNN only;
- * BRUTE elsewhere) is the brute force with a per-thread heap for every k; GRID_BASELINE (kNN:
- * on the CPU the grid path's AVX2 / SSE2 build even on a CPU with AVX-512, on CUDA the grid with
- * its general build even where the one-block build of small clouds applies, so that tests reach
- * both builds);
- * WARP_SELECT (CUDA kNN, float32 clouds of at most 1024 refs; BRUTE elsewhere) is a brute force
- * with a warp per query that finds the k-th key by bits and sorts only the selected keys;
- * GRID_SELECT (CUDA kNN, float32, k <= 128; GRID elsewhere on CUDA, BRUTE on the CPU) walks the
- * grid with a warp per query and keeps its candidates in a buffer shrunk by the same select;
- * BRUTE_SPLIT (CUDA ball query, nsample <= 64; BRUTE elsewhere) is a brute force with a thread
- * per query whose block splits the refs among its warps;
- * SPLIT_SORTED (CUDA ball query, nsample <= 64; BRUTE elsewhere) is BRUTE_SPLIT with the
- * queries of each cloud first put in a spatial order, so that the 32 queries of a block are
- * neighbours and its warps skip every ref outside their box (widened by the radius);
- * GRID_BATCH (CUDA kNN, float32, k <= 64; GRID elsewhere on CUDA, BRUTE on the CPU) is the grid
- * with a thread per query whose candidates are buffered and merged into its list in batches. */
-typedef enum pcops_search_variant {
-    PCOPS_SEARCH_AUTO = 0,
-    PCOPS_SEARCH_BRUTE = 1,
-    PCOPS_SEARCH_GRID = 2,
-    PCOPS_SEARCH_BRUTE_HEAP = 3,
-    PCOPS_SEARCH_GRID_BASELINE = 4,
-    PCOPS_SEARCH_WARP_SELECT = 5,
-    PCOPS_SEARCH_GRID_SELECT = 6,
-    PCOPS_SEARCH_BRUTE_SPLIT = 7,
-    PCOPS_SEARCH_GRID_BATCH = 8,
-    PCOPS_SEARCH_SPLIT_SORTED = 9,
-} pcops_search_variant;
+/* The kNN paths: kernels/knn_paths.h (the table), kernels/README.md (what each does and when
+ * AUTO takes it). Every path returns the same result, bit for bit; tests and benchmarks force
+ * one, AUTO chooses by size. A forced path that does not run on the device, does not take the
+ * dtype or cannot take the sizes is an error, never a silent substitute. */
+typedef enum pcops_knn_path { PCOPS_KNN_PATHS(PCOPS_PATH_ENUM_KNN) PCOPS_KNN_PATH_END } pcops_knn_path;
 
-/* kNN with a chosen variant; pcops_knn_cpu is BRUTE. The workspace (aligned to 256 bytes) is
- * pcops_knn_cpu_workspace_bytes(...) of the same arguments; 0 bytes (NULL allowed) for BRUTE
- * and wherever AUTO picks it. */
+/* kNN with a chosen path (CPU: AUTO, BRUTE, GRID, GRID_BASELINE); pcops_knn_cpu is BRUTE. The
+ * workspace (aligned to 256 bytes) is pcops_knn_cpu_workspace_bytes(...) of the same
+ * arguments; 0 bytes (NULL allowed) for BRUTE and wherever AUTO picks it. */
 size_t pcops_knn_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
-                                     int64_t K, pcops_search_variant variant);
-pcops_status pcops_knn_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+                                     int64_t K, pcops_knn_path path);
+pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void* ref,
                                    const int64_t* query_lengths, const int64_t* ref_lengths,
                                    int64_t B, int64_t M, int64_t N, int64_t K,
-                                   pcops_search_variant variant, void* workspace, void* dist2,
+                                   pcops_knn_path path, void* workspace, void* dist2,
                                    int64_t* idx);
 
 /* ------------------------------------------------------------------------------------------
@@ -202,15 +165,21 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
                                   int64_t B, int64_t M, int64_t N, double radius2, int64_t S,
                                   int64_t* idx, int64_t* count);
 
-/* Ball query with a chosen variant (pcops_ball_query_cpu is BRUTE); workspace as for kNN. */
+/* The ball-query paths: kernels/ball_query_paths.h, kernels/README.md; the same rules as kNN's. */
+typedef enum pcops_ball_query_path {
+    PCOPS_BALL_QUERY_PATHS(PCOPS_PATH_ENUM_BALL_QUERY) PCOPS_BALL_QUERY_PATH_END
+} pcops_ball_query_path;
+
+/* Ball query with a chosen path (CPU: AUTO, BRUTE, GRID; pcops_ball_query_cpu is BRUTE);
+ * workspace as for kNN. */
 size_t pcops_ball_query_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
                                             double radius2, int64_t S,
-                                            pcops_search_variant variant);
-pcops_status pcops_ball_query_cpu_variant(pcops_dtype dtype, const void* query, const void* ref,
+                                            pcops_ball_query_path path);
+pcops_status pcops_ball_query_cpu_path(pcops_dtype dtype, const void* query, const void* ref,
                                           const int64_t* query_lengths,
                                           const int64_t* ref_lengths, int64_t B, int64_t M,
                                           int64_t N, double radius2, int64_t S,
-                                          pcops_search_variant variant, void* workspace,
+                                          pcops_ball_query_path path, void* workspace,
                                           int64_t* idx, int64_t* count);
 
 /* ------------------------------------------------------------------------------------------
@@ -260,11 +229,16 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  * CPU: one thread; a stable radix sort of the score keys, then the boxes sorted by group and
  * along x or y, so that a kept box tests only the boxes of its group within the radius along
  * that axis; O(N + K * band), at worst O(K * N), for K kept boxes; workspace O(N).
- * CUDA: see pcops_circle_nms_cuda_variant below; no host synchronisation (*num_kept is
- * written on the device, once; variants 1, 3 and 4 write it before they write keep_mask /
+ * CUDA: see pcops_circle_nms_cuda_path below; no host synchronisation (*num_kept is
+ * written on the device, once; paths BLOCK, GRID and BLOCK_V2 write it before they write keep_mask /
  * keep_idx, so a host polling it in mapped memory learns the size early; the outputs are
  * complete when the launch is, in stream order). N <= PCOPS_CIRCLE_NMS_CUDA_MAX (65535 blocks of 64).
  * ---------------------------------------------------------------------------------------- */
+/* The circle-NMS paths: kernels/circle_nms_paths.h (the table), kernels/README.md. */
+typedef enum pcops_circle_nms_path {
+    PCOPS_CIRCLE_NMS_PATHS(PCOPS_PATH_ENUM_CIRCLE_NMS) PCOPS_CIRCLE_NMS_PATH_END
+} pcops_circle_nms_path;
+
 size_t pcops_circle_nms_workspace_bytes(pcops_dtype dtype, int64_t N);
 
 pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_t D,
@@ -381,13 +355,13 @@ pcops_status pcops_fps_layout_cpu(const int64_t* batch, int64_t N, double ratio,
  * the _cuda_workspace_bytes functions.
  * ---------------------------------------------------------------------------------------- */
 /* FPS on CUDA goes through a launch plan: pcops_fps_cuda_make_plan chooses the path and its
- * shape once, from the sizes, the dtype and the current device (variant: pcops_fps_variant,
+ * shape once, from the sizes, the dtype and the current device (path: pcops_fps_path,
  * AUTO to choose by size), and returns it with the workspace size; pcops_fps_cuda_run launches
- * exactly that plan. A forced variant that cannot take the sizes (points that do not fit the
+ * exactly that plan. A forced path that cannot take the sizes (points that do not fit the
  * registers, no clusters on the device, a grid that is not co-resident) or any
  * N > 2**31 - 1 returns cudaErrorInvalidValue. Every plan returns the same bits. */
 typedef struct pcops_fps_cuda_plan {
-    int variant;            /* the path: SIMPLE, WARP, BLOCK, BLOCK_PRUNED, CLUSTER, GRID,
+    int path;               /* the path: SIMPLE, WARP, BLOCK, BLOCK_PRUNED, CLUSTER, GRID,
                                BUCKET, BUCKET_GROUPS, BUCKET_ROUNDS or BUCKET_ROUNDS_CLUSTER
                                (never AUTO) */
     int threads;            /* threads per block */
@@ -408,7 +382,7 @@ typedef struct pcops_fps_cuda_plan {
 } pcops_fps_cuda_plan;
 
 cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, int64_t N, int64_t npoint,
-                                     int variant, pcops_fps_cuda_plan* plan);
+                                     int path, pcops_fps_cuda_plan* plan);
 /* dtype, B and N must be the plan's. */
 cudaError_t pcops_fps_cuda_run(const pcops_fps_cuda_plan* plan, pcops_dtype dtype,
                                const void* xyz, const int64_t* lengths, const int64_t* start,
@@ -420,7 +394,7 @@ cudaError_t pcops_fps_cuda_run(const pcops_fps_cuda_plan* plan, pcops_dtype dtyp
  * many refs); its size (0 for most calls) depends on the current device's SM count. */
 size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
                                       int64_t K);
-/* The launch plan of a kNN call: made once from the sizes, the current device and a variant
+/* The launch plan of a kNN call: made once from the sizes, the current device and a path
  * (AUTO: by size); says what runs and how much workspace it needs (allocate
  * plan.workspace_bytes, then run the plan). pcops_knn_cuda_workspace_bytes / pcops_knn_cuda
  * are the same with AUTO. No host synchronisation: the GRID path sizes its cells from N and k
@@ -428,7 +402,7 @@ size_t pcops_knn_cuda_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, i
 typedef struct pcops_knn_cuda_plan {
     pcops_dtype dtype;
     int64_t B, M, N, K;
-    pcops_search_variant variant; /* what runs: BRUTE, BRUTE_HEAP or GRID */
+    pcops_knn_path path;          /* what runs (never AUTO) */
     int64_t splits;               /* BRUTE: ref ranges per query */
     int64_t cells;                /* GRID: cell budget per cloud */
     int64_t small_build;          /* GRID: 1 = one block a cloud builds its grid (small clouds) */
@@ -436,7 +410,7 @@ typedef struct pcops_knn_cuda_plan {
     int device, sms, smem_optin;
 } pcops_knn_cuda_plan;
 cudaError_t pcops_knn_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
-                                     int64_t K, pcops_search_variant variant,
+                                     int64_t K, pcops_knn_path path,
                                      pcops_knn_cuda_plan* plan);
 cudaError_t pcops_knn_cuda_run(const pcops_knn_cuda_plan* plan, const void* query,
                                const void* ref, const int64_t* query_lengths,
@@ -452,13 +426,13 @@ cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* query, const vo
                                   int64_t B, int64_t M, int64_t N, double radius2, int64_t S,
                                   int64_t* idx, int64_t* count, cudaStream_t stream);
 /* Ball query with a plan (pcops_ball_query_cuda is BRUTE, no workspace): made once from the
- * sizes and a variant (AUTO: by size); allocate plan.workspace_bytes and run it. No host
+ * sizes and a path (AUTO: by size); allocate plan.workspace_bytes and run it. No host
  * synchronisation (the grid's cells come from N; boxes and cell sizes from the device). */
 typedef struct pcops_ball_query_cuda_plan {
     pcops_dtype dtype;
     int64_t B, M, N, S;
     double radius2;
-    pcops_search_variant variant; /* what runs: BRUTE, BRUTE_SPLIT, SPLIT_SORTED or GRID */
+    pcops_ball_query_path path;   /* what runs: BRUTE, BRUTE_SPLIT, SPLIT_SORTED or GRID */
     int64_t cells;                /* GRID: cell budget per cloud */
     int64_t warps;                /* BRUTE_SPLIT, SPLIT_SORTED: warps a block (ranges of the refs) */
     int64_t order_bits;           /* SPLIT_SORTED: bits per axis of the queries' spatial order */
@@ -466,7 +440,7 @@ typedef struct pcops_ball_query_cuda_plan {
 } pcops_ball_query_cuda_plan;
 cudaError_t pcops_ball_query_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
                                             double radius2, int64_t S,
-                                            pcops_search_variant variant,
+                                            pcops_ball_query_path path,
                                             pcops_ball_query_cuda_plan* plan);
 cudaError_t pcops_ball_query_cuda_run(const pcops_ball_query_cuda_plan* plan, const void* query,
                                       const void* ref, const int64_t* query_lengths,
@@ -509,12 +483,12 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
 #define PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX 4096
 #define PCOPS_CIRCLE_NMS_CUDA_MAX ((int64_t)65535 * 64)
 size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype, pcops_dtype score_dtype,
-                                             int64_t N, int variant);
-cudaError_t pcops_circle_nms_cuda_variant(pcops_dtype dtype, const void* centers, int64_t D,
+                                             int64_t N, int path);
+cudaError_t pcops_circle_nms_cuda_path(pcops_dtype dtype, const void* centers, int64_t D,
                                           pcops_dtype score_dtype, const void* scores,
                                           const int64_t* groups, int64_t N, double radius2,
                                           void* workspace, bool* keep_mask, int64_t* keep_idx,
-                                          int64_t* num_kept, int variant, cudaStream_t stream);
+                                          int64_t* num_kept, int path, cudaStream_t stream);
 cudaError_t pcops_circle_nms_cuda(pcops_dtype dtype, const void* centers, int64_t D,
                                   pcops_dtype score_dtype, const void* scores,
                                   const int64_t* groups, int64_t N, double radius2,

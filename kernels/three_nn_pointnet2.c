@@ -14,7 +14,7 @@
  */
 #include <math.h>
 
-#include "common.h"
+#include "cpu.h"
 #include "pcops.h"
 
 /* Below this many elements a call runs on one thread. */

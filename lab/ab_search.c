@@ -45,17 +45,21 @@
 #endif
 
 typedef cudaError_t (*knn_plan_fn)(pcops_dtype, int64_t, int64_t, int64_t, int64_t,
-                                   pcops_search_variant, pcops_knn_cuda_plan*);
+                                   pcops_knn_path, pcops_knn_cuda_plan*);
 typedef cudaError_t (*knn_run_fn)(const pcops_knn_cuda_plan*, const void*, const void*,
                                   const int64_t*, const int64_t*, void*, void*, int64_t*,
                                   cudaStream_t);
 typedef cudaError_t (*bq_plan_fn)(pcops_dtype, int64_t, int64_t, int64_t, double, int64_t,
-                                  pcops_search_variant, pcops_ball_query_cuda_plan*);
+                                  pcops_ball_query_path, pcops_ball_query_cuda_plan*);
 typedef cudaError_t (*bq_run_fn)(const pcops_ball_query_cuda_plan*, const void*, const void*,
                                  const int64_t*, const int64_t*, void*, int64_t*, int64_t*,
                                  cudaStream_t);
 
 #define MAX_BUILDS 8
+
+/* The path table of the first build that has one (kernels/paths.h), for the paths' names. */
+typedef const pcops_path_info* (*path_table_fn)(const char*, int*);
+static path_table_fn g_path_table = NULL;
 
 /* One build of the kernels: its label and entry points. */
 typedef struct Build {
@@ -74,21 +78,21 @@ typedef struct Row {
     pcops_dtype dtype;
     int64_t B, M, N, K;
     double radius;
-    pcops_search_variant variant;
+    int path; /* an id of the kNN / ball-query path table (0: AUTO) */
     int max_rounds;
 } Row;
 
 static const Row kRows[] = {
-    {"K1", 'K', PCOPS_FLOAT32, 32, 512, 1024, 32, 0, PCOPS_SEARCH_AUTO, 0},
-    {"K2", 'K', PCOPS_FLOAT32, 16, 4096, 4096, 16, 0, PCOPS_SEARCH_AUTO, 0},
-    {"K3", 'K', PCOPS_FLOAT32, 16, 4096, 4096, 64, 0, PCOPS_SEARCH_AUTO, 0},
-    {"K4", 'K', PCOPS_FLOAT32, 8, 16384, 16384, 16, 0, PCOPS_SEARCH_AUTO, 0},
-    {"K5", 'K', PCOPS_FLOAT32, 1, 100000, 100000, 16, 0, PCOPS_SEARCH_AUTO, 0},
-    {"K8", 'K', PCOPS_FLOAT32, 16, 1024, 1024, 128, 0, PCOPS_SEARCH_AUTO, 0},
-    {"Q1", 'Q', PCOPS_FLOAT32, 32, 512, 1024, 32, 0.2, PCOPS_SEARCH_AUTO, 0},
-    {"Q2", 'Q', PCOPS_FLOAT32, 16, 1024, 4096, 64, 0.1, PCOPS_SEARCH_AUTO, 0},
-    {"D8", 'K', PCOPS_FLOAT64, 16, 1024, 1024, 128, 0, PCOPS_SEARCH_AUTO, 0},
-    {"DG", 'K', PCOPS_FLOAT64, 1, 100000, 100000, 128, 0, PCOPS_SEARCH_GRID, 20},
+    {"K1", 'K', PCOPS_FLOAT32, 32, 512, 1024, 32, 0, 0, 0},
+    {"K2", 'K', PCOPS_FLOAT32, 16, 4096, 4096, 16, 0, 0, 0},
+    {"K3", 'K', PCOPS_FLOAT32, 16, 4096, 4096, 64, 0, 0, 0},
+    {"K4", 'K', PCOPS_FLOAT32, 8, 16384, 16384, 16, 0, 0, 0},
+    {"K5", 'K', PCOPS_FLOAT32, 1, 100000, 100000, 16, 0, 0, 0},
+    {"K8", 'K', PCOPS_FLOAT32, 16, 1024, 1024, 128, 0, 0, 0},
+    {"Q1", 'Q', PCOPS_FLOAT32, 32, 512, 1024, 32, 0.2, 0, 0},
+    {"Q2", 'Q', PCOPS_FLOAT32, 16, 1024, 4096, 64, 0.1, 0, 0},
+    {"D8", 'K', PCOPS_FLOAT64, 16, 1024, 1024, 128, 0, 0, 0},
+    {"DG", 'K', PCOPS_FLOAT64, 1, 100000, 100000, 128, 0, PCOPS_KNN_GRID, 20},
 };
 
 /* The device buffers of one row: shared inputs, outputs and workspace per build. */
@@ -128,6 +132,7 @@ static Build load_build(const char* spec) {
     b.knn_run = (knn_run_fn)load_symbol(lib, path, "pcops_knn_cuda_run");
     b.bq_plan = (bq_plan_fn)load_symbol(lib, path, "pcops_ball_query_cuda_plan_make");
     b.bq_run = (bq_run_fn)load_symbol(lib, path, "pcops_ball_query_cuda_run");
+    if (!g_path_table) g_path_table = (path_table_fn)dlsym(lib, "pcops_path_table");
     return b;
 }
 
@@ -144,40 +149,38 @@ static void* random_points(int64_t count, pcops_dtype dtype) {
     return p;
 }
 
-static const char* variant_name(pcops_search_variant v) {
-    switch (v) {
-        case PCOPS_SEARCH_BRUTE: return "brute";
-        case PCOPS_SEARCH_BRUTE_HEAP: return "brute-heap";
-        case PCOPS_SEARCH_GRID: return "grid";
-        case PCOPS_SEARCH_GRID_BASELINE: return "grid-baseline";
-        case PCOPS_SEARCH_WARP_SELECT: return "warp-select";
-        case PCOPS_SEARCH_GRID_SELECT: return "grid-select";
-        case PCOPS_SEARCH_BRUTE_SPLIT: return "split";
-        case PCOPS_SEARCH_GRID_BATCH: return "grid-batch";
-        case PCOPS_SEARCH_SPLIT_SORTED: return "split-sorted";
-        default: return "?";
-    }
+/* The name of path `id` of a kNN ('K') or ball-query row (older trees have no path table: the
+ * id is printed). */
+static const char* path_name(char kind, int id) {
+    static char buf[16];
+    int count = 0;
+    const pcops_path_info* rows =
+        g_path_table ? g_path_table(kind == 'K' ? "knn" : "ball_query", &count) : NULL;
+    for (int i = 0; i < count; ++i)
+        if (rows[i].id == id) return rows[i].name;
+    snprintf(buf, sizeof buf, "path %d", id);
+    return buf;
 }
 
 /* One call of build b on row r: the plan (as a binding makes it on every call), then the run. */
 static cudaError_t call(const Build* b, const Row* r, Bufs* bufs, int x, cudaStream_t stream,
-                        size_t* workspace_bytes, pcops_search_variant* chosen) {
+                        size_t* workspace_bytes, int* chosen) {
     if (r->kind == 'K') {
         pcops_knn_cuda_plan plan;
-        cudaError_t err = b->knn_plan(r->dtype, r->B, r->M, r->N, r->K, r->variant, &plan);
+        cudaError_t err = b->knn_plan(r->dtype, r->B, r->M, r->N, r->K, (pcops_knn_path)r->path, &plan);
         if (err != cudaSuccess) return err;
         if (workspace_bytes) *workspace_bytes = plan.workspace_bytes;
-        if (chosen) *chosen = plan.variant;
+        if (chosen) *chosen = plan.path;
         if (!bufs) return cudaSuccess;
         return b->knn_run(&plan, bufs->query, bufs->ref, NULL, NULL, bufs->workspace[x],
                           bufs->out_a[x], bufs->out_b[x], stream);
     }
     pcops_ball_query_cuda_plan plan;
     cudaError_t err = b->bq_plan(r->dtype, r->B, r->M, r->N, r->radius * r->radius, r->K,
-                                 r->variant, &plan);
+                                 (pcops_ball_query_path)r->path, &plan);
     if (err != cudaSuccess) return err;
     if (workspace_bytes) *workspace_bytes = plan.workspace_bytes;
-    if (chosen) *chosen = plan.variant;
+    if (chosen) *chosen = plan.path;
     if (!bufs) return cudaSuccess;
     return b->bq_run(&plan, bufs->query, bufs->ref, NULL, NULL, bufs->workspace[x],
                      (int64_t*)bufs->out_a[x], bufs->out_b[x], stream);
@@ -270,14 +273,14 @@ static void run_row(const Row* r, const Build* builds, int nb, int rounds, Timer
     const size_t slots = (size_t)(r->B * r->M * r->K);
     bufs.bytes_a = r->kind == 'K' ? slots * sb : slots * sizeof(int64_t);
     bufs.bytes_b = r->kind == 'K' ? slots * sizeof(int64_t) : (size_t)(r->B * r->M) * sizeof(int64_t);
-    pcops_search_variant variant = PCOPS_SEARCH_AUTO;
+    int variant = 0;
     for (int x = 0; x < nb; ++x) {
         size_t ws = 0;
-        pcops_search_variant v;
+        int v;
         LAB_CUDA(call(&builds[x], r, NULL, x, t->stream, &ws, &v));
         if (x == 0) variant = v;
         if (v != variant) printf("  %s plans %s, %s plans %s\n", builds[0].label,
-                                 variant_name(variant), builds[x].label, variant_name(v));
+                                 path_name(r->kind, variant), builds[x].label, path_name(r->kind, v));
         bufs.out_a[x] = lab_to_device(NULL, bufs.bytes_a);
         bufs.out_b[x] = (int64_t*)lab_to_device(NULL, bufs.bytes_b);
         bufs.workspace[x] = lab_to_device(NULL, ws);
@@ -290,12 +293,12 @@ static void run_row(const Row* r, const Build* builds, int nb, int rounds, Timer
     if (r->kind == 'K')
         printf("row %s: kNN %s B=%lld M=%lld N=%lld k=%lld, %s path; outputs: %s\n", r->id,
                r->dtype == PCOPS_FLOAT64 ? "float64" : "float32", (long long)r->B,
-               (long long)r->M, (long long)r->N, (long long)r->K, variant_name(variant),
+               (long long)r->M, (long long)r->N, (long long)r->K, path_name(r->kind, variant),
                same ? "the same bits in every build" : "DIFFERENT");
     else
         printf("row %s: ball query B=%lld M=%lld N=%lld r=%g S=%lld, %s path; outputs: %s\n",
                r->id, (long long)r->B, (long long)r->M, (long long)r->N, r->radius,
-               (long long)r->K, variant_name(variant),
+               (long long)r->K, path_name(r->kind, variant),
                same ? "the same bits in every build" : "DIFFERENT");
 
     /* ms[mode][build][round], and the position of each build in each round */

@@ -7,7 +7,7 @@
  * of `make -C lab` (a .cu that compiles kernels/fps.cu itself):
  *
  *   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Ikernels \
- *        lab/fps_step.cu kernels/common.c -Xcompiler -fopenmp -o /tmp/fps_step
+ *        lab/fps_step.cu kernels/status.c -Xcompiler -fopenmp -o /tmp/fps_step
  *   /tmp/fps_step [B N npoint]
  */
 #include "fps.cu"
@@ -497,7 +497,7 @@ int main(int argc, char** argv) {
     cudaMemcpy(ref_i.data(), di, sizeof(int64_t) * B * npoint, cudaMemcpyDeviceToHost);
     cudaMemcpy(ref_d.data(), dd, sizeof(float) * B * npoint, cudaMemcpyDeviceToHost);
     printf("B %lld N %lld npoint %lld: library (variant %d, %d warps x %d a thread): %.4f ms\n",
-           (long long)B, (long long)N, (long long)npoint, plan.variant, plan.warps_per_cloud,
+           (long long)B, (long long)N, (long long)npoint, plan.path, plan.warps_per_cloud,
            plan.points_per_thread, tm.median_ms(lib));
 #define VARIANTS(PPT)                                                          \
     run_variant<PPT, 0>(tm, dx, B, N, npoint, di, dd, ref_i, ref_d);          \

@@ -55,7 +55,7 @@ typedef struct {
 
 static cudaError_t launch_nms(void* ctx, cudaStream_t stream) {
     const NmsArgs* a = (const NmsArgs*)ctx;
-    return pcops_circle_nms_cuda_variant(PCOPS_FLOAT32, a->centers, D, PCOPS_FLOAT32, a->scores,
+    return pcops_circle_nms_cuda_path(PCOPS_FLOAT32, a->centers, D, PCOPS_FLOAT32, a->scores,
                                          a->groups, N, kRadius2, a->workspace, a->keep_mask,
                                          a->keep_idx, a->num_kept, a->variant, stream);
 }

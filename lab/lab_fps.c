@@ -87,9 +87,9 @@ int main(int argc, char** argv) {
     const int cpu_variants[] = {PCOPS_FPS_SIMPLE, PCOPS_FPS_TREE, PCOPS_FPS_AUTO};
     for (int k = 0; k < 3; ++k) {
         const double t = lab_seconds();
-        lab_require_status(pcops_fps_cpu_variant(PCOPS_FLOAT32, xyz, lengths, start, B, N, P,
+        lab_require_status(pcops_fps_cpu_path(PCOPS_FLOAT32, xyz, lengths, start, B, N, P,
                                                  workspace, idx, dist2, cpu_variants[k]),
-                           "pcops_fps_cpu_variant");
+                           "pcops_fps_cpu_path");
         printf("cpu fps variant %d: %.3f ms\n", cpu_variants[k], 1e3 * (lab_seconds() - t));
         char what[64];
         snprintf(what, sizeof what, "cpu fps variant %d idx vs naive", cpu_variants[k]);

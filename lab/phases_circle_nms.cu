@@ -13,7 +13,7 @@
  * part of `make -C lab` (it is a .cu that compiles the kernel itself):
  *
  *   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Ikernels \
- *        lab/phases_circle_nms.cu kernels/common.c -Xcompiler -fopenmp -o /tmp/nms_phases
+ *        lab/phases_circle_nms.cu kernels/status.c -Xcompiler -fopenmp -o /tmp/nms_phases
  *   /tmp/nms_phases
  */
 #define PCOPS_NMS_PHASES 1
@@ -56,7 +56,7 @@ int main() {
                 for (int r = 0; r < 4; ++r) {  // the first call warms up
                     cudaMemsetAsync(flush, 0, kFlushBytes);  // L2 flushed, as the benchmarks do
                     cudaEventRecord(a);
-                    const cudaError_t e = pcops_circle_nms_cuda_variant(
+                    const cudaError_t e = pcops_circle_nms_cuda_path(
                         PCOPS_FLOAT32, dc, 2, PCOPS_FLOAT32, ds, nullptr, N, 1.0, ws, dm, di,
                         dn, v, 0);
                     cudaEventRecord(b);

@@ -118,19 +118,8 @@ torch.library.register_autograd(
 )
 
 
-# Search variants of the internal `variant` argument (kernels/pcops.h, pcops_search_variant).
-VARIANTS = {"auto": 0, "brute": 1, "grid": 2, "split": 7, "split_sorted": 9}
-
-
-def _ball_query_variant(query, ref, radius, nsample, query_lengths=None, ref_lengths=None, variant="auto"):
-    """pcops.ball_query (idx, count) with a forced search path (tests, benchmarks)."""
-    return torch.ops.pcops.ball_query.default(
-        query, ref, radius, nsample, query_lengths, ref_lengths, VARIANTS[variant]
-    )
-
-
 @torch.library.register_fake("pcops::ball_query")
-def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None, variant=0):
+def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
     torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref differ in B")
@@ -140,3 +129,8 @@ def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_length
         query.new_empty((B, M, nsample), dtype=torch.long),
         query.new_empty((B, M), dtype=torch.long),
     )
+
+
+@torch.library.register_fake("pcops::_ball_query_path")
+def _ball_query_path_fake(query, ref, radius, nsample, query_lengths, ref_lengths, path):
+    return _ball_query_fake(query, ref, radius, nsample, query_lengths, ref_lengths)

@@ -136,24 +136,12 @@ def _circle_nms_mask_fake(centers, scores, radius, groups=None):
     return centers.new_empty((centers.shape[0],), dtype=torch.bool)
 
 
-@torch.library.register_fake("pcops::_circle_nms_variant")
-def _circle_nms_variant_fake(centers, scores, radius, groups, variant):
+@torch.library.register_fake("pcops::_circle_nms_path")
+def _circle_nms_path_fake(centers, scores, radius, groups, path):
     _check_fake_args(centers, scores, groups)
     n = centers.shape[0]
     return (centers.new_empty((n,), dtype=torch.bool), centers.new_empty((n,), dtype=torch.long),
             centers.new_empty((1,), dtype=torch.long))
-
-
-def _circle_nms_variant(centers, scores, radius, groups=None, variant=0):
-    """Internal, for tests and benchmarks: the NMS through one CUDA path (0: by size, 1: the
-    single-block kernel, N <= 4096; 2: the bitmask path, N**2/8 bytes of workspace; 3: the
-    grid path; 4: the single-block kernel v2, N <= 4096; 5: the pair-tile path, N <= 2048 (the
-    pairs over the whole GPU, then one block); 6: the dataflow path, N <= 4096 (a block per 32
-    boxes deciding them as the earlier blocks publish theirs; 4 where its blocks cannot all be
-    resident); 0 takes 6 up to 4096 boxes, 3 above; the CPU has one path, 0). Returns
-    (keep_mask [N] bool, keep_idx [N] int64 with -1 past the kept ones, num_kept [1] int64);
-    every path gives the same bits."""
-    return torch.ops.pcops._circle_nms_variant.default(centers, scores, radius, groups, variant)
 
 
 # Autograd: the outputs are int64 / bool indices and masks, nothing to differentiate. The

@@ -86,27 +86,7 @@ def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tenso
     return start
 
 
-# Private: the paths of kernels/pcops.h (pcops_fps_variant). Every path returns the same bits;
-# tests and benchmarks force one with _furthest_point_sample_variant.
-FPS_VARIANTS = {"auto": 0, "simple": 1, "tree": 2, "warp": 3, "block": 4, "cluster": 5, "grid": 6, "bucket": 7,
-                "bucket_groups": 8, "bucket_rounds": 9,
-                "bucket_rounds_cluster": 10, "block_pruned": 11}
-CPU_VARIANTS = ("simple", "tree")
-CUDA_VARIANTS = ("simple", "warp", "block", "cluster", "grid", "bucket", "bucket_groups",
-                 "bucket_rounds", "bucket_rounds_cluster", "block_pruned")
-
-
-def _furthest_point_sample_variant(xyz: Tensor, npoint: int, lengths: Optional[Tensor] = None,
-                                   start: Optional[Tensor] = None, variant: str = "auto"):
-    """furthest_point_sample forced through one path ("simple", "tree" on the CPU; "simple",
-    "warp", "block", "cluster", "grid", "bucket", "bucket_groups", "bucket_rounds", "bucket_rounds_cluster" (float32
-    only; the last needs sm_90) on CUDA).
-    Returns (idx, dist2). A path that cannot take the sizes on this device raises ValueError."""
-    return torch.ops.pcops._furthest_point_sample_variant.default(
-        xyz, npoint, lengths, start, FPS_VARIANTS[variant])
-
-
-def _fps_fake(xyz, npoint, lengths=None, start=None, variant=0):
+def _fps_fake(xyz, npoint, lengths=None, start=None, path=0):
     torch._check(xyz.dim() == 3 and xyz.shape[-1] == 3, lambda: "xyz must be [B, N, 3]")
     torch._check(npoint >= 1, lambda: "npoint must be >= 1")
     B = xyz.shape[0]
@@ -114,7 +94,7 @@ def _fps_fake(xyz, npoint, lengths=None, start=None, variant=0):
 
 
 torch.library.register_fake("pcops::furthest_point_sample")(_fps_fake)
-torch.library.register_fake("pcops::_furthest_point_sample_variant")(_fps_fake)
+torch.library.register_fake("pcops::_furthest_point_sample_path")(_fps_fake)
 
 
 # Autograd: none. The outputs (indices, coverage curve) are not differentiable; the bindings

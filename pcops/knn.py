@@ -61,23 +61,8 @@ def knn(
                  ref_lengths)
 
 
-# Search variants of the internal `variant` argument (kernels/pcops.h, pcops_search_variant):
-# every one returns the same bits; tests and benchmarks force one, 0 chooses by size.
-# "grid_baseline": the CPU grid path's AVX2 / SSE2 build even where the AVX-512 one runs (tests)
-# "warp_select": CUDA float32 clouds of at most 1024 refs (the brute force elsewhere);
-# "grid_select": CUDA float32, k <= 128 (the grid elsewhere on CUDA, the brute force on the CPU)
-# "grid_batch": CUDA float32, k <= 64 (the grid elsewhere on CUDA, the brute force on the CPU)
-VARIANTS = {"auto": 0, "brute": 1, "grid": 2, "heap": 3, "grid_baseline": 4, "warp_select": 5,
-            "grid_select": 6, "grid_batch": 8}
-
-
-def _knn_variant(query, ref, k, query_lengths=None, ref_lengths=None, variant="auto"):
-    """pcops.knn on batched inputs with a forced search path (tests, benchmarks)."""
-    return torch.ops.pcops.knn.default(query, ref, k, query_lengths, ref_lengths, VARIANTS[variant])
-
-
 @torch.library.register_fake("pcops::knn")
-def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None, variant=0):
+def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None):
     torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref must have one batch size")
@@ -102,7 +87,7 @@ def _knn_backward(ctx, grad_dist2, _grad_idx):
     (idx -1, dist2 +inf) contribute nothing."""
     need_query, need_ref = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if grad_dist2 is None or not (need_query or need_ref):
-        return None, None, None, None, None, None
+        return None, None, None, None, None
     query, ref, idx = ctx.saved_tensors
     work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
     q, r = query.to(work), ref.to(work)
@@ -115,7 +100,12 @@ def _knn_backward(ctx, grad_dist2, _grad_idx):
     if need_ref:
         grad_ref = torch.ops.pcops.group_backward.default(-contrib, idx, ctx.num_ref)
         grad_ref = grad_ref.to(ref.dtype)
-    return grad_query, grad_ref, None, None, None, None
+    return grad_query, grad_ref, None, None, None
 
 
 torch.library.register_autograd("pcops::knn", _knn_backward, setup_context=_knn_setup_context)
+
+
+@torch.library.register_fake("pcops::_knn_path")
+def _knn_path_fake(query, ref, k, query_lengths, ref_lengths, path):
+    return _knn_fake(query, ref, k, query_lengths, ref_lengths)

@@ -7,6 +7,7 @@ import torch
 
 import pcops
 from helpers import FLOAT_DTYPES, assert_equal, clustered_points, rand_points, random_lengths
+from pcops._paths import force
 
 bq_op = torch.ops.pcops.ball_query.default
 
@@ -413,18 +414,18 @@ def test_cuda_torch_compile_fullgraph(cuda, gen):
 
 
 # ---------------------------------------------------------------------------------------------
-# the split brute force (internal variant 7, CUDA, nsample <= 64): a thread per query, the refs
-# split among the block's warps, the ranges' lists concatenated; variant 9 the same on the
+# the split brute force (path brute_split, CUDA, nsample <= 64): a thread per query, the refs
+# split among the block's warps, the ranges' lists concatenated; split_sorted the same on the
 # queries in a spatial order (each block skips the refs outside its queries' box widened by the
-# radius); both against the warp-per-query brute force (variant 1) bit for bit, and against NumPy
+# radius); both against the warp-per-query brute force bit for bit, and against NumPy
 
 
 def _split_vs_brute(query, ref, radius, S, ql=None, rl=None):
-    brute = bq_op(query, ref, radius, S, ql, rl, 1)
-    split = bq_op(query, ref, radius, S, ql, rl, 7)
+    brute = force("ball_query", "brute", query, ref, radius, S, ql, rl)
+    split = force("ball_query", "brute_split", query, ref, radius, S, ql, rl)
     assert_equal(split[0], brute[0], what="split idx vs brute force")
     assert_equal(split[1], brute[1], what="split count vs brute force")
-    ordered = bq_op(query, ref, radius, S, ql, rl, 9)
+    ordered = force("ball_query", "split_sorted", query, ref, radius, S, ql, rl)
     assert_equal(ordered[0], brute[0], what="split (sorted queries) idx vs brute force")
     assert_equal(ordered[1], brute[1], what="split (sorted queries) count vs brute force")
     return split
@@ -485,14 +486,16 @@ def test_cuda_split_poisoned_outputs_and_auto(cuda, gen):
         e_idx, e_count = ball_query_reference(query.numpy(), ref.numpy(), 0.3, S)
         assert_equal(idx, torch.from_numpy(e_idx))
         assert_equal(count, torch.from_numpy(e_count))
-    # S > 64: the split variant falls back to the warp-per-query kernel
-    _split_vs_brute(query.cuda(), ref.cuda(), 0.3, 65)
+    # S > 64: the split paths cannot take it, and say so
+    for path in ("brute_split", "split_sorted"):
+        with pytest.raises(ValueError, match=f"path '{path}' cannot take these inputs"):
+            force("ball_query", path, query.cuda(), ref.cuda(), 0.3, 65)
 
 
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_split_sorted_box_edges(cuda, gen, dtype):
-    """The box filter of variant 9 against the brute force where it could cut too much: refs on
+    """The box filter of split_sorted against the brute force where it could cut too much: refs on
     the axes through each query at the radius give or take a few ulps (in range or not by the
     last bit), queries in tight clusters (small boxes), UTM-sized coordinates, tiny and huge
     radii, more queries than the order kernel's threads (several a thread, 4 bits an axis)."""
@@ -519,19 +522,19 @@ def test_cuda_split_sorted_box_edges(cuda, gen, dtype):
         _split_vs_brute(query.cuda(), ref.cuda(), 0.13, S, ql, None)
 
 
-@pytest.mark.parametrize("variant", [7, 9])
-def test_cuda_split_graph_capture(cuda, gen, variant):
+@pytest.mark.parametrize("path", ["brute_split", "split_sorted"])
+def test_cuda_split_graph_capture(cuda, gen, path):
     B, M, N, S = 3, 50, 700, 32
     ref, query = rand_points(B, N, gen).cuda(), rand_points(B, M, gen).cuda()
     rl = torch.full((B,), N, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        bq_op(query, ref, 0.2, S, None, rl, variant)
+        force("ball_query", path, query, ref, 0.2, S, None, rl)
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        idx, count = bq_op(query, ref, 0.2, S, None, rl, variant)
+        idx, count = force("ball_query", path, query, ref, 0.2, S, None, rl)
     new_ref, new_query, new_rl = rand_points(B, N, gen), rand_points(B, M, gen), random_lengths(B, N, gen)
     ref.copy_(new_ref), query.copy_(new_query), rl.copy_(new_rl)
     graph.replay()

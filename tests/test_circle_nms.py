@@ -12,7 +12,7 @@ from helpers import FLOAT_DTYPES, assert_equal
 
 nms_op = torch.ops.pcops.circle_nms.default
 mask_op = torch.ops.pcops.circle_nms_mask.default
-variant_op = torch.ops.pcops._circle_nms_variant.default
+variant_op = torch.ops.pcops._circle_nms_path.default
 BLOCK_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX: the single-block CUDA path up to here
 TILE_MAX = 2048  # PCOPS_CIRCLE_NMS_CUDA_TILE_MAX: the pair-tile CUDA path up to here
 FLOW_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX: the dataflow CUDA path up to here
@@ -768,11 +768,13 @@ def test_variant_op_on_cpu_is_the_public_ops(gen):
             assert_equal(mask, mask_op(cd, s, radius, g), what=f"keep_mask, {name}, {dtype}")
 
 
-def test_variant_op_on_cpu_has_one_path():
+def test_path_op_on_cpu_has_one_path():
     c, s = torch.rand(10, 2), torch.rand(10)
-    for variant in (1, 2, 3, 4, -1):
-        with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be 0"):
+    for variant in (1, 2, 3, 4, 5, 6):
+        with pytest.raises(ValueError, match=r"pcops\._circle_nms_path: path '\w+' does not run on the CPU"):
             variant_op(c, s, 1.0, None, variant)
+    with pytest.raises(ValueError, match=r"pcops\._circle_nms_path: argument 'path' must be a path id"):
+        variant_op(c, s, 1.0, None, -1)
 
 
 def test_visiting_order_matches_a_stable_descending_sort(gen):
@@ -817,15 +819,16 @@ def test_cuda_every_path_matches_cpu(cuda, gen, dtype, score_dtype):
 def test_cuda_single_block_limit(cuda, gen):
     c, s = torch.rand(BLOCK_MAX + 1, 2, device=cuda), torch.rand(BLOCK_MAX + 1, device=cuda)
     for variant in (1, 4):
-        with pytest.raises(ValueError, match=r"pcops\._circle_nms_variant: argument 'variant' must be"):
+        with pytest.raises(ValueError, match=r"pcops\._circle_nms_path: path '\w+' cannot take these inputs \(N = 4097\)"):
             variant_op(c, s, 1.0, None, variant)
-    with pytest.raises(ValueError, match=r"5 \(pair tiles, N <= 2048\) or 6 \(dataflow, N <= "
-                                         r"4096\), got 5 for N = 2049"):
+    with pytest.raises(ValueError, match=r"path 'tiles' cannot take these inputs \(N = 2049\)"):
         variant_op(c[:TILE_MAX + 1], s[:TILE_MAX + 1], 1.0, None, 5)
-    with pytest.raises(ValueError, match=r"6 \(dataflow, N <= 4096\), got 6 for N = 4097"):
+    with pytest.raises(ValueError, match=r"path 'flow' cannot take these inputs \(N = 4097\)"):
         variant_op(c, s, 1.0, None, 6)
-    for bad in (-1, 7):
-        with pytest.raises(ValueError, match=r"argument 'variant' must be"):
+    with pytest.raises(ValueError, match=r"path 'sweep' does not run on CUDA"):
+        variant_op(c[:10], s[:10], 1.0, None, 7)
+    for bad in (-1, 8):
+        with pytest.raises(ValueError, match=r"argument 'path' must be a path id"):
             variant_op(c[:10], s[:10], 1.0, None, bad)
 
 

@@ -145,10 +145,10 @@ def test_fps_never_enters_python_autograd(device, gen, direct):
     for a, b in zip(out, ref):
         assert_equal(a, b, what="fps output")
         assert not a.requires_grad
-    var = torch.ops.pcops._furthest_point_sample_variant.default
-    out, entered = entered_autograd_kernel(lambda: var(xg, 16, None, None, 0))
+    forced = torch.ops.pcops._furthest_point_sample_path.default
+    out, entered = entered_autograd_kernel(lambda: forced(xg, 16, None, None, 0))
     assert not entered and not out[1].requires_grad
-    assert_equal(out[0], ref[0], what="variant idx")
+    assert_equal(out[0], ref[0], what="forced-path idx")
 
 
 def test_profile_hook_sees_the_kernel():

@@ -7,7 +7,13 @@ import pcops
 from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, rand_points, random_lengths
 
 fps_op = torch.ops.pcops.furthest_point_sample.default
-from pcops.fps import _furthest_point_sample_variant as fps_variant  # noqa: E402
+from pcops._paths import PATHS, force  # noqa: E402
+
+
+def fps_path(xyz, npoint, lengths=None, start=None, *, path):
+    """furthest_point_sample forced through one path (pcops._paths): (idx, dist2)."""
+    return force("furthest_point_sample", path, xyz, npoint, lengths, start)
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,8 +460,8 @@ def test_cpu_tree_path_equals_simple_path(gen, case, N, npoint, dtype):
     """The KD-tree path skips whole boxes; its samples and dist2 must be the simple path's bits
     (ties to the lower index, unique indices on duplicates, ragged lengths, random start)."""
     xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
-    simple = fps_variant(xyz, npoint, lengths, start, variant="simple")
-    tree = fps_variant(xyz, npoint, lengths, start, variant="tree")
+    simple = fps_path(xyz, npoint, lengths, start, path="simple")
+    tree = fps_path(xyz, npoint, lengths, start, path="tree")
     assert_equal(tree[0], simple[0], what="idx")
     assert_equal(tree[1], simple[1], what="dist2")
     auto = fps_op(xyz, npoint, lengths, start)
@@ -467,7 +473,7 @@ def test_cpu_tree_path_equals_simple_path(gen, case, N, npoint, dtype):
 
 def test_cpu_tree_path_matches_the_numpy_reference(gen):
     xyz, lengths, start = _path_inputs("ties", 2, 3000, gen, torch.float32)
-    tree = fps_variant(xyz, 800, lengths, start, variant="tree")
+    tree = fps_path(xyz, 800, lengths, start, path="tree")
     for b in range(2):
         ref_idx, ref_d = fps_reference(xyz[b].numpy(), 800, int(lengths[b]), int(start[b]))
         assert_equal(tree[0][b], torch.from_numpy(ref_idx), what="idx")
@@ -479,8 +485,8 @@ def test_cpu_tree_path_with_non_finite_coordinates_equals_simple(gen):
     xyz = rand_points(2, 5000, gen)
     xyz[0, 17, 1] = float("nan")
     xyz[1, 4000, 2] = float("inf")
-    simple = fps_variant(xyz, 600, variant="simple")
-    tree = fps_variant(xyz, 600, variant="tree")
+    simple = fps_path(xyz, 600, path="simple")
+    tree = fps_path(xyz, 600, path="tree")
     assert_equal(tree[0], simple[0], what="idx")
     assert_equal(tree[1], simple[1], what="dist2")
 
@@ -492,21 +498,21 @@ def test_cpu_tree_path_on_a_real_lidar_scan():
         pytest.skip("no .data/scans/kitti_velodyne_000000.npy")
     xyz = torch.from_numpy(np.load(path)[:, :3].astype(np.float32))[None]
     start = torch.tensor([12345])
-    simple = fps_variant(xyz, 1500, None, start, variant="simple")
-    tree = fps_variant(xyz, 1500, None, start, variant="tree")
+    simple = fps_path(xyz, 1500, None, start, path="simple")
+    tree = fps_path(xyz, 1500, None, start, path="tree")
     assert_equal(tree[0], simple[0], what="idx")
     assert_equal(tree[1], simple[1], what="dist2")
 
 
-def test_cpu_paths_reject_cuda_variants():
-    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 4 does not exist on the CPU"):
-        fps_variant(torch.rand(1, 10, 3), 4, variant="block")
+def test_cpu_paths_reject_cuda_paths():
+    with pytest.raises(ValueError, match=r"pcops\._furthest_point_sample_path: path 'block' does not run on the CPU"):
+        fps_path(torch.rand(1, 10, 3), 4, path="block")
 
 
-def test_variant_op_opcheck(device, gen):
+def test_path_op_opcheck(device, gen):
     xyz = rand_points(2, 40, gen).to(device)
-    torch.library.opcheck(torch.ops.pcops._furthest_point_sample_variant.default,
-                          (xyz, 10, None, None, 1))
+    torch.library.opcheck(torch.ops.pcops._furthest_point_sample_path.default,
+                          (xyz, 10, None, None, PATHS["furthest_point_sample"]["simple"][0]))
 
 
 # Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
@@ -540,13 +546,17 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     """Every CUDA path (simple, several clouds per block, block, cluster, grid) gives the CPU's
     bits on the same inputs, or refuses sizes beyond its documented capacity."""
     xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
-    cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
+    cpu = fps_path(xyz, npoint, lengths, start, path="simple")
     cap = CUDA_PATH_CAPACITY.get(variant, {}).get(dtype)
-    if cap is not None and N > cap:
-        with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant .* cannot run"):
-            fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
+    if cap == 0:
+        with pytest.raises(ValueError, match=f"path '{variant}' does not run on CUDA for float64"):
+            fps_path(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), path=variant)
         return
-    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
+    if cap is not None and N > cap:
+        with pytest.raises(ValueError, match=f"path '{variant}' cannot take these inputs"):
+            fps_path(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), path=variant)
+        return
+    gpu = fps_path(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), path=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
@@ -561,27 +571,27 @@ def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
     xyz = rand_points(2, 150_000, gen, dtype=dtype)
     lengths = torch.tensor([150_000, 99_999])
     start = torch.tensor([7, 99_998])
-    cpu = fps_variant(xyz, 300, lengths, start, variant="tree")
-    gpu = fps_variant(xyz.cuda(), 300, lengths.cuda(), start.cuda(), variant=variant)
+    cpu = fps_path(xyz, 300, lengths, start, path="tree")
+    gpu = fps_path(xyz.cuda(), 300, lengths.cuda(), start.cuda(), path=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
 
-@pytest.mark.parametrize("variant,code", [("bucket_groups", 8), ("bucket_rounds", 9)])
+@pytest.mark.parametrize("variant", ["bucket_groups", "bucket_rounds"])
 @pytest.mark.parametrize("N", [300_000, 600_000, 4096 * 256])
-def test_cuda_bucket_groups_large_buckets_equal_cpu(cuda, gen, N, variant, code):
+def test_cuda_bucket_groups_large_buckets_equal_cpu(cuda, gen, N, variant):
     """bucket_groups / bucket_rounds with 128, 256 and 256 points a bucket (4096 buckets at most),
     a ragged batch, and the first size past their capacity refused."""
     xyz = rand_points(2, N, gen)
     lengths = torch.tensor([N, N // 3 + 1])
     start = torch.tensor([N - 1, 5])
-    cpu = fps_variant(xyz, 500, lengths, start, variant="tree")
-    gpu = fps_variant(xyz.cuda(), 500, lengths.cuda(), start.cuda(), variant=variant)
+    cpu = fps_path(xyz, 500, lengths, start, path="tree")
+    gpu = fps_path(xyz.cuda(), 500, lengths.cuda(), start.cuda(), path=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
     if N == 4096 * 256:
-        with pytest.raises(ValueError, match=rf"pcops\.furthest_point_sample: variant {code} cannot run"):
-            fps_variant(torch.rand(1, N + 1, 3, device="cuda"), 10, variant=variant)
+        with pytest.raises(ValueError, match=f"path '{variant}' cannot take these inputs"):
+            fps_path(torch.rand(1, N + 1, 3, device="cuda"), 10, path=variant)
 
 
 @pytest.mark.parametrize("N,lengths", [(1_500_000, [1_500_000]), (300_001, [300_001, 77_777, 1])])
@@ -593,18 +603,18 @@ def test_cuda_bucket_rounds_cluster_equals_cpu(cuda, gen, N, lengths):
     xyz = rand_points(B, N, gen)
     lengths = torch.tensor(lengths)
     start = torch.randint(0, N, (B,), generator=gen) % lengths
-    cpu = fps_variant(xyz, 700, lengths, start, variant="tree")
-    gpu = fps_variant(xyz.cuda(), 700, lengths.cuda(), start.cuda(), variant="bucket_rounds_cluster")
+    cpu = fps_path(xyz, 700, lengths, start, path="tree")
+    gpu = fps_path(xyz.cuda(), 700, lengths.cuda(), start.cuda(), path="bucket_rounds_cluster")
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
-    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 10 cannot run"):
-        fps_variant(torch.rand(1, 8 * 4096 * 256 + 1, 3, device="cuda"), 10,
-                    variant="bucket_rounds_cluster")
+    with pytest.raises(ValueError, match="path 'bucket_rounds_cluster' cannot take these inputs"):
+        fps_path(torch.rand(1, 8 * 4096 * 256 + 1, 3, device="cuda"), 10,
+                    path="bucket_rounds_cluster")
 
 
-def test_cuda_rejects_the_cpu_tree_variant(cuda):
-    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: variant 2 does not exist on CUDA"):
-        fps_variant(torch.rand(1, 10, 3, device="cuda"), 4, variant="tree")
+def test_cuda_rejects_the_cpu_tree_path(cuda):
+    with pytest.raises(ValueError, match="path 'tree' does not run on CUDA"):
+        fps_path(torch.rand(1, 10, 3, device="cuda"), 4, path="tree")
 
 
 @pytest.mark.parametrize("variant", BUCKET_PATHS)
@@ -616,8 +626,8 @@ def test_cuda_bucket_path_on_degenerate_clouds_equals_cpu(cuda, gen, variant, ca
     must still give the simple path's bits."""
     _skip_unless_path_takes(variant, dtype)
     xyz, lengths, start = _path_inputs(case, 3, 9000, gen, dtype)
-    cpu = fps_variant(xyz, 2500, lengths, start, variant="simple")
-    gpu = fps_variant(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), variant=variant)
+    cpu = fps_path(xyz, 2500, lengths, start, path="simple")
+    gpu = fps_path(xyz.cuda(), 2500, lengths.cuda(), start.cuda(), path=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
@@ -633,8 +643,8 @@ def test_cuda_block_pruned_every_sample_equals_cpu(cuda, gen, case, N, dtype):
     boxes; ragged lengths and random starts."""
     _skip_unless_path_takes("block_pruned", dtype, N)
     xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
-    cpu = fps_variant(xyz, N, lengths, start, variant="simple")
-    gpu = fps_variant(xyz.cuda(), N, lengths.cuda(), start.cuda(), variant="block_pruned")
+    cpu = fps_path(xyz, N, lengths, start, path="simple")
+    gpu = fps_path(xyz.cuda(), N, lengths.cuda(), start.cuda(), path="block_pruned")
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
@@ -656,8 +666,8 @@ def test_cuda_bucket_path_on_real_scans_every_sample(cuda, variant):
     lengths = torch.tensor([len(c) for c in clouds])
     start = torch.tensor([4321, 17])
     npoint = 40_000
-    cpu = fps_variant(xyz, npoint, lengths, start, variant="tree")
-    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
+    cpu = fps_path(xyz, npoint, lengths, start, path="tree")
+    gpu = fps_path(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), path=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
@@ -674,8 +684,8 @@ def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, variant, case, N, 
     not a multiple of a bucket."""
     _skip_unless_path_takes(variant, dtype)
     xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
-    cpu = fps_variant(xyz, npoint, lengths, start, variant="simple")
-    gpu = fps_variant(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), variant=variant)
+    cpu = fps_path(xyz, npoint, lengths, start, path="simple")
+    gpu = fps_path(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), path=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
@@ -686,8 +696,8 @@ def test_cuda_bucket_path_on_every_case_equals_cpu(cuda, gen, variant, case, N, 
                                      "bucket_rounds_cluster"])
 def test_cuda_sanitizer_every_path(cuda, gen, variant):
     xyz, lengths, start = _path_inputs("duplicates", 3, 700, gen, torch.float32)
-    assert_equal(fps_variant(xyz.cuda(), 200, lengths.cuda(), start.cuda(), variant=variant)[0],
-                 fps_variant(xyz, 200, lengths, start, variant="simple")[0])
+    assert_equal(fps_path(xyz.cuda(), 200, lengths.cuda(), start.cuda(), path=variant)[0],
+                 fps_path(xyz, 200, lengths, start, path="simple")[0])
 
 
 @pytest.mark.sanitizer
@@ -697,8 +707,8 @@ def test_cuda_sanitizer_register_slots(cuda, gen, variant, N):
     points), 8 slots (block, 1000 points: 8 warps) and 16 (1500 points: 12 warps, 4 slots of
     absent warps), on ragged clouds with duplicates."""
     xyz, lengths, start = _path_inputs("duplicates", 5, N, gen, torch.float32)
-    gpu = fps_variant(xyz.cuda(), 400, lengths.cuda(), start.cuda(), variant=variant)
-    cpu = fps_variant(xyz, 400, lengths, start, variant="simple")
+    gpu = fps_path(xyz.cuda(), 400, lengths.cuda(), start.cuda(), path=variant)
+    cpu = fps_path(xyz, 400, lengths, start, path="simple")
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
@@ -708,8 +718,8 @@ def test_cuda_sanitizer_block_pruned_shared_points(cuda, gen):
     """block_pruned past 8192 float points: the points in shared memory over the sort's scratch
     (20 warps), a ragged batch with duplicates."""
     xyz, lengths, start = _path_inputs("duplicates", 2, 10_000, gen, torch.float32)
-    gpu = fps_variant(xyz.cuda(), 300, lengths.cuda(), start.cuda(), variant="block_pruned")
-    cpu = fps_variant(xyz, 300, lengths, start, variant="simple")
+    gpu = fps_path(xyz.cuda(), 300, lengths.cuda(), start.cuda(), path="block_pruned")
+    cpu = fps_path(xyz, 300, lengths, start, path="simple")
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 
@@ -722,8 +732,8 @@ def test_cuda_sanitizer_bucket_groups_wide_groups(cuda, gen, N, variant):
     """bucket_groups / bucket_rounds with 4 (40k points) and 8 (70k) buckets a lane, a ragged
     batch with duplicates: the shared lists, the atomics and the read-back under the sanitizers."""
     xyz, lengths, start = _path_inputs("duplicates", 2, N, gen, torch.float32)
-    gpu = fps_variant(xyz.cuda(), 150, lengths.cuda(), start.cuda(), variant=variant)
-    cpu = fps_variant(xyz, 150, lengths, start, variant="tree")
+    gpu = fps_path(xyz.cuda(), 150, lengths.cuda(), start.cuda(), path=variant)
+    cpu = fps_path(xyz, 150, lengths, start, path="tree")
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
 

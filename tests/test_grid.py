@@ -1,7 +1,8 @@
 """The grid path of knn and ball_query (kernels/grid.h) against the brute-force path, bit for bit.
 
-Every case runs the op twice with the internal `variant` argument forced: 1 = brute force (the
-reference, itself checked against NumPy in test_knn.py / test_ball_query.py) and 2 = grid.
+Every case runs the op through each of its paths (pcops._paths.force): the brute force (the
+reference, itself checked against NumPy in test_knn.py / test_ball_query.py) and every other
+path of the device and dtype.
 Indices, distances and counts must be identical: the grid may only skip refs that cannot be in
 the result. The inputs are chosen to break a grid: clusters (overfull cells next to empty
 ones), degenerate boxes (a plane, a line, identical points: axes of extent 0), exact distance
@@ -16,16 +17,28 @@ import torch
 
 from helpers import FLOAT_DTYPES, assert_equal, clustered_points, rand_points, random_lengths
 
+from pcops import _paths as pcops_paths
+from pcops._paths import force, paths
+
 knn_op = torch.ops.pcops.knn.default
 bq_op = torch.ops.pcops.ball_query.default
-# GRID_BASELINE (kNN): on the CPU the grid path's AVX2 / SSE2 build even where the AVX-512 one
-# runs (kernels/knn.c, knn_wide_list); both builds must give the brute force's bits
-# GRID_SELECT (CUDA kNN, float32, k <= 128): a warp per query over the same grid, its candidates
-# in a buffer shrunk by a bit-search select (the grid on CUDA elsewhere, the brute force on the CPU)
-# BRUTE_SPLIT (CUDA ball query, nsample <= 64): a thread per query, the refs split among a
-# block's warps (the warp-per-query brute force on the CPU and above 64); SPLIT_SORTED: the same
-# on the queries in a spatial order, each block skipping the refs outside its queries' box
-BRUTE, GRID, GRID_BASELINE, GRID_SELECT, BRUTE_SPLIT, GRID_BATCH, SPLIT_SORTED = 1, 2, 4, 6, 7, 8, 9
+# The paths besides the brute force, and the sizes each takes (kernels/knn_paths.h,
+# ball_query_paths.h): a forced path outside them raises instead of falling back.
+#   kNN: grid, grid_baseline (the grid's AVX2 / SSE2 build on the CPU even where the AVX-512 one
+#   runs; the general build on CUDA even where the one-block build applies), brute_heap (CUDA,
+#   any k), warp_select (CUDA float32, N <= 1024), grid_select (CUDA float32, k <= 128),
+#   grid_batch (CUDA float32, k <= 64).
+#   ball query: grid, brute_split and split_sorted (CUDA, nsample <= 64).
+
+
+def knn_path_takes(path, N, k):
+    return {"warp_select": N <= 1024, "grid_select": k <= 128, "grid_batch": k <= 64}.get(path, True)
+
+
+def bq_path_takes(path, S):
+    return S <= 64 if path in ("brute_split", "split_sorted") else True
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KITTI = os.path.join(ROOT, ".data", "scans", "kitti_velodyne_000000.npy")
 
@@ -110,37 +123,34 @@ def queries_for(ref, M, gen, where):
     return (lo + hi) / 2 + u * span * scale
 
 
-def both(op, *args, variant_pos=None):
-    return op(*args, BRUTE), op(*args, GRID)
-
-
 def check_knn(query, ref, k, ql=None, rl=None):
-    (d1, i1), (d2, i2) = knn_op(query, ref, k, ql, rl, BRUTE), knn_op(query, ref, k, ql, rl, GRID)
-    assert_equal(i2, i1, what="grid idx vs brute force")
-    assert_equal(d2, d1, what="grid dist2 vs brute force")
-    assert torch.equal(d2.isinf(), d1.isinf())
-    d3, i3 = knn_op(query, ref, k, ql, rl, GRID_BASELINE)
-    assert_equal(i3, i1, what="grid (baseline build) idx vs brute force")
-    assert_equal(d3, d1, what="grid (baseline build) dist2 vs brute force")
-    d4, i4 = knn_op(query, ref, k, ql, rl, GRID_SELECT)
-    assert_equal(i4, i1, what="grid select idx vs brute force")
-    assert_equal(d4, d1, what="grid select dist2 vs brute force")
-    d5, i5 = knn_op(query, ref, k, ql, rl, GRID_BATCH)
-    assert_equal(i5, i1, what="grid (batched insertion) idx vs brute force")
-    assert_equal(d5, d1, what="grid (batched insertion) dist2 vs brute force")
+    d1, i1 = force("knn", "brute", query, ref, k, ql, rl)
+    for path in paths("knn", query.device.type, query.dtype):
+        if path == "brute":
+            continue
+        if not knn_path_takes(path, ref.shape[1], k):
+            with pytest.raises(ValueError, match=f"path '{path}' cannot take these inputs"):
+                force("knn", path, query, ref, k, ql, rl)
+            continue
+        d2, i2 = force("knn", path, query, ref, k, ql, rl)
+        assert_equal(i2, i1, what=f"{path} idx vs brute force")
+        assert_equal(d2, d1, what=f"{path} dist2 vs brute force")
+        assert torch.equal(d2.isinf(), d1.isinf())
     return d1, i1
 
 
 def check_bq(query, ref, radius, S, ql=None, rl=None):
-    (i1, c1), (i2, c2) = bq_op(query, ref, radius, S, ql, rl, BRUTE), bq_op(query, ref, radius, S, ql, rl, GRID)
-    assert_equal(i2, i1, what="grid idx vs brute force")
-    assert_equal(c2, c1, what="grid count vs brute force")
-    i3, c3 = bq_op(query, ref, radius, S, ql, rl, BRUTE_SPLIT)
-    assert_equal(i3, i1, what="split brute force idx vs brute force")
-    assert_equal(c3, c1, what="split brute force count vs brute force")
-    i4, c4 = bq_op(query, ref, radius, S, ql, rl, SPLIT_SORTED)
-    assert_equal(i4, i1, what="split brute force (sorted queries) idx vs brute force")
-    assert_equal(c4, c1, what="split brute force (sorted queries) count vs brute force")
+    i1, c1 = force("ball_query", "brute", query, ref, radius, S, ql, rl)
+    for path in paths("ball_query", query.device.type, query.dtype):
+        if path == "brute":
+            continue
+        if not bq_path_takes(path, S):
+            with pytest.raises(ValueError, match=f"path '{path}' cannot take these inputs"):
+                force("ball_query", path, query, ref, radius, S, ql, rl)
+            continue
+        i2, c2 = force("ball_query", path, query, ref, radius, S, ql, rl)
+        assert_equal(i2, i1, what=f"{path} idx vs brute force")
+        assert_equal(c2, c1, what=f"{path} count vs brute force")
     return i1, c1
 
 
@@ -232,9 +242,9 @@ def test_knn_grid_kitti_full(gen):
     pick = torch.randperm(scan.shape[1], generator=gen)[:2000]
     q = torch.cat([scan[:, pick], scan[:, pick] * 3.0], dim=1)  # also far, sparse queries
     check_knn(q, scan, 16)
-    (d, i) = knn_op(scan, scan, 16, None, None, GRID)
+    (d, i) = force("knn", "grid", scan, scan, 16, None, None)
     assert (i[0, :, 0] >= 0).all()
-    assert_equal(d[0, pick], knn_op(scan[:, pick], scan, 16, None, None, BRUTE)[0][0], what="dist2")
+    assert_equal(d[0, pick], force("knn", "brute", scan[:, pick], scan, 16, None, None)[0][0], what="dist2")
 
 
 @pytest.mark.parametrize("shape", ["uniform", "blobs", "kitti", "utm"])
@@ -346,35 +356,39 @@ def test_ball_query_grid_kitti_full(gen):
 
 
 # ---------------------------------------------------------------------------------------------
-# op-level: opcheck with the variant argument, bad variants, CPU vs CUDA, graph capture
+# op-level: opcheck of the forced paths, bad paths, CPU vs CUDA, graph capture
 
 
-def test_opcheck_variants(device, gen):
+def test_opcheck_paths(device, gen):
     query = uniform(2, 60, gen).to(device)
     ref = uniform(2, 700, gen).to(device)
     lens = torch.tensor([60, 11], device=device)
-    for v in (0, 1, 2):
-        torch.library.opcheck(knn_op, (query, ref, 5, lens, None, v))
-        torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, v))
-    torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BASELINE))
-    torch.library.opcheck(knn_op, (query, ref, 5, lens, None, 5))  # warp select
-    torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_SELECT))
-    torch.library.opcheck(knn_op, (query, ref, 5, lens, None, GRID_BATCH))
-    torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, BRUTE_SPLIT))
-    torch.library.opcheck(bq_op, (query, ref, 0.2, 8, lens, None, SPLIT_SORTED))
+    for path in ("auto",) + paths("knn", device, query.dtype):
+        torch.library.opcheck(torch.ops.pcops._knn_path.default,
+                              (query, ref, 5, lens, None, pcops_paths.PATHS["knn"][path][0]))
+    for path in ("auto",) + paths("ball_query", device, query.dtype):
+        torch.library.opcheck(torch.ops.pcops._ball_query_path.default,
+                              (query, ref, 0.2, 8, lens, None, pcops_paths.PATHS["ball_query"][path][0]))
 
 
-def test_bad_variant(device, gen):
+def test_bad_path(device, gen):
     q = uniform(1, 4, gen).to(device)
-    with pytest.raises(ValueError, match=r"pcops\.knn: argument 'variant'"):
-        knn_op(q, q, 2, None, None, 7)
-    with pytest.raises(ValueError, match=r"pcops\.ball_query: argument 'variant'"):
-        bq_op(q, q, 0.1, 2, None, None, -1)
-    with pytest.raises(ValueError, match=r"pcops\.knn: argument 'variant'"):
-        knn_op(q, q, 2, None, None, 9)
-    for v in (4, 5, 6, 8, 10):
-        with pytest.raises(ValueError, match=r"pcops\.ball_query: argument 'variant'"):
-            bq_op(q, q, 0.1, 2, None, None, v)
+    with pytest.raises(ValueError, match=r"pcops\._knn_path: argument 'path' must be a path id of knn"):
+        torch.ops.pcops._knn_path(q, q, 2, None, None, 99)
+    with pytest.raises(ValueError, match=r"pcops\._ball_query_path: argument 'path' must be a path id"):
+        torch.ops.pcops._ball_query_path(q, q, 0.1, 2, None, None, -1)
+    other = "cuda" if device == "cpu" else "cpu"
+    for path in set(paths("knn", other)) - set(paths("knn", device)):
+        with pytest.raises(ValueError, match=f"path '{path}' does not run on"):
+            force("knn", path, q, q, 2)
+    for path in set(paths("ball_query", other)) - set(paths("ball_query", device)):
+        with pytest.raises(ValueError, match=f"path '{path}' does not run on"):
+            force("ball_query", path, q, q, 0.1, 2)
+    if device == "cuda":
+        with pytest.raises(ValueError, match="path 'warp_select' does not run on CUDA for float64"):
+            force("knn", "warp_select", q.double(), q.double(), 2)
+    with pytest.raises(ValueError, match="no path 'nope' of op 'knn'"):
+        force("knn", "nope", q, q, 2)
 
 
 @pytest.mark.parametrize("shape", ["uniform", "blobs", "plane", "kitti", "utm"])
@@ -385,13 +399,13 @@ def test_grid_cpu_matches_cuda(cuda, gen, shape):
     for dtype in (torch.float32, torch.float64):
         q, r = query.to(dtype), ref.to(dtype)
         for k in (1, 16, 64, 100):
-            dc, ic = knn_op(q, r, k, None, None, GRID)
-            dg, ig = knn_op(q.cuda(), r.cuda(), k, None, None, GRID)
+            dc, ic = force("knn", "grid", q, r, k, None, None)
+            dg, ig = force("knn", "grid", q.cuda(), r.cuda(), k, None, None)
             assert_equal(ig, ic, what=f"CUDA vs CPU idx k={k}")
             assert_equal(dg, dc, what=f"CUDA vs CPU dist2 k={k}")
         for frac, S in ((0.02, 16), (0.1, 64)):
-            ic, cc = bq_op(q, r, frac * span, S, None, None, GRID)
-            ig, cg = bq_op(q.cuda(), r.cuda(), frac * span, S, None, None, GRID)
+            ic, cc = force("ball_query", "grid", q, r, frac * span, S, None, None)
+            ig, cg = force("ball_query", "grid", q.cuda(), r.cuda(), frac * span, S, None, None)
             assert_equal(ig, ic, what="CUDA vs CPU ball idx")
             assert_equal(cg, cc, what="CUDA vs CPU ball count")
 
@@ -402,27 +416,27 @@ def test_grid_cuda_graph_capture(cuda, gen):
     ref = blobs(4, 4096, gen).float().cuda()
     rl = torch.tensor([4096, 100, 0, 3000], device="cuda")
     for _ in range(2):  # warm-up outside the capture
-        knn_op(query, ref, 16, None, rl, GRID)
-        knn_op(query, ref, 40, None, rl, GRID_SELECT)
-        knn_op(query, ref, 16, None, rl, GRID_BATCH)
-        bq_op(query, ref, 0.05, 32, None, rl, GRID)
+        force("knn", "grid", query, ref, 16, None, rl)
+        force("knn", "grid_select", query, ref, 40, None, rl)
+        force("knn", "grid_batch", query, ref, 16, None, rl)
+        force("ball_query", "grid", query, ref, 0.05, 32, None, rl)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        d, i = knn_op(query, ref, 16, None, rl, GRID)
-        ds, is_ = knn_op(query, ref, 40, None, rl, GRID_SELECT)
-        db, ib = knn_op(query, ref, 16, None, rl, GRID_BATCH)
-        bi, bc = bq_op(query, ref, 0.05, 32, None, rl, GRID)
+        d, i = force("knn", "grid", query, ref, 16, None, rl)
+        ds, is_ = force("knn", "grid_select", query, ref, 40, None, rl)
+        db, ib = force("knn", "grid_batch", query, ref, 16, None, rl)
+        bi, bc = force("ball_query", "grid", query, ref, 0.05, 32, None, rl)
     query.copy_(uniform(4, 2048, gen).float().cuda())
     ref.copy_(blobs(4, 4096, gen).float().cuda())
     graph.replay()
     torch.cuda.synchronize()
-    de, ie = knn_op(query, ref, 16, None, rl, BRUTE)
-    be, ce = bq_op(query, ref, 0.05, 32, None, rl, BRUTE)
+    de, ie = force("knn", "brute", query, ref, 16, None, rl)
+    be, ce = force("ball_query", "brute", query, ref, 0.05, 32, None, rl)
     assert_equal(i, ie)
     assert_equal(d, de)
     assert_equal(ib, ie)
     assert_equal(db, de)
-    dse, ise = knn_op(query, ref, 40, None, rl, BRUTE)
+    dse, ise = force("knn", "brute", query, ref, 40, None, rl)
     assert_equal(is_, ise)
     assert_equal(ds, dse)
     assert_equal(bi, be)

@@ -5,6 +5,7 @@ import torch
 
 import pcops
 from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, rand_points, random_lengths
+from pcops._paths import force
 
 knn_op = torch.ops.pcops.knn.default
 
@@ -453,16 +454,16 @@ def test_cuda_global_heap_small(cuda, gen):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_cuda_heap_variant_for_small_k(cuda, gen, dtype):
-    """The internal variant 3 (brute-force heap) sends small k to the heap kernel too, variant 1
-    to the register kernels: the same bits as the CPU."""
+def test_cuda_heap_path_for_small_k(cuda, gen, dtype):
+    """The forced brute_heap path sends small k to the heap kernel too, brute to the register
+    kernels: the same bits as the CPU."""
     query = clustered_points(3, 300, gen, dtype=dtype, clusters=8)
     ref = torch.cat([clustered_points(3, 400, gen, dtype=dtype, clusters=8), rand_points(3, 600, gen, dtype=dtype)], 1)
     r_lens = torch.tensor([1000, 3, 0])
     for k in (1, 16, 64):
         d_cpu, i_cpu = knn_op(query, ref, k, None, r_lens)
-        d_reg, i_reg = knn_op(query.cuda(), ref.cuda(), k, None, r_lens.cuda(), 1)
-        d_heap, i_heap = knn_op(query.cuda(), ref.cuda(), k, None, r_lens.cuda(), 3)
+        d_reg, i_reg = force("knn", "brute", query.cuda(), ref.cuda(), k, None, r_lens.cuda())
+        d_heap, i_heap = force("knn", "brute_heap", query.cuda(), ref.cuda(), k, None, r_lens.cuda())
         assert_equal(i_heap, i_cpu, what=f"idx, heap, k={k}")
         assert_equal(d_heap, d_cpu, what=f"dist2, heap, k={k}")
         assert_equal(i_reg, i_cpu, what=f"idx, registers, k={k}")
@@ -629,9 +630,7 @@ def test_cuda_second_device(cuda, gen):
 
 
 # ---------------------------------------------------------------------------------------------
-# the warp select (internal variant 5: CUDA, float32, N <= 1024; the brute force elsewhere)
-
-WARP_SELECT = 5
+# the warp select (CUDA, float32, N <= 1024)
 
 
 def _snapped(B, N, gen, step=0.125):
@@ -641,7 +640,7 @@ def _snapped(B, N, gen, step=0.125):
 
 @pytest.mark.parametrize("N", [1, 31, 100, 256, 257, 700, 1024])
 def test_cuda_warp_select_equals_brute(cuda, gen, N):
-    """Every k against the brute force (variant 1 / 3) bit for bit, and against the float64-free
+    """Every k against the brute force bit for bit, and against the float64-free
     NumPy reference on one k: uniform, clustered and snapped (tied) refs, ragged lengths."""
     B, M = 3, 70
     refs = {
@@ -655,11 +654,11 @@ def test_cuda_warp_select_equals_brute(cuda, gen, N):
     for name, ref in refs.items():
         qc, rc = query.cuda(), ref.cuda()
         for k in sorted({1, 2, 7, 16, 32, 33, 64, 65, 128, 300, N, N + 5}):
-            brute = knn_op(qc, rc, k, q_lens.cuda(), r_lens.cuda(), 1)
-            d, i = knn_op(qc, rc, k, q_lens.cuda(), r_lens.cuda(), WARP_SELECT)
+            brute = force("knn", "brute", qc, rc, k, q_lens.cuda(), r_lens.cuda())
+            d, i = force("knn", "warp_select", qc, rc, k, q_lens.cuda(), r_lens.cuda())
             assert_equal(i, brute[1], what=f"idx, {name}, N={N}, k={k}")
             assert_equal(d, brute[0], what=f"dist2, {name}, N={N}, k={k}")
-        d, i = knn_op(qc, rc, 40, q_lens.cuda(), r_lens.cuda(), WARP_SELECT)
+        d, i = force("knn", "warp_select", qc, rc, 40, q_lens.cuda(), r_lens.cuda())
         check_against_reference(query, ref, 40, d.cpu(), i.cpu(), q_lens, r_lens)
 
 
@@ -676,29 +675,27 @@ def test_cuda_warp_select_identical_and_non_finite(cuda, gen):
     query[0, 3] = float("nan")
     query[1, 5, 2] = float("-inf")
     for k in (1, 16, 100, 600, 700):
-        brute = knn_op(query.cuda(), ref.cuda(), k, None, None, 1)
-        d, i = knn_op(query.cuda(), ref.cuda(), k, None, None, WARP_SELECT)
+        brute = force("knn", "brute", query.cuda(), ref.cuda(), k, None, None)
+        d, i = force("knn", "warp_select", query.cuda(), ref.cuda(), k, None, None)
         assert_equal(i, brute[1], what=f"idx, k={k}")
         assert_equal(d, brute[0], what=f"dist2, k={k}")
         check_against_reference(query, ref, k, d.cpu(), i.cpu())
 
 
-def test_cuda_warp_select_falls_back(cuda, gen):
-    """Outside its range (float64, N > 1024) variant 5 is the brute force: the same bits."""
+def test_cuda_warp_select_refuses_what_it_cannot_take(cuda, gen):
+    """Outside its range (float64, N > 1024) the forced warp select raises; it never falls back
+    to another path."""
     q64, r64 = rand_points(2, 50, gen, dtype=torch.float64), rand_points(2, 300, gen, dtype=torch.float64)
-    for query, ref in ((q64, r64), (rand_points(2, 50, gen), rand_points(2, 1025, gen))):
-        for k in (8, 100):
-            d, i = knn_op(query.cuda(), ref.cuda(), k, None, None, WARP_SELECT)
-            d_cpu, i_cpu = knn_op(query, ref, k)
-            assert_equal(i.cpu(), i_cpu, what=f"idx {query.dtype} N={ref.shape[1]} k={k}")
-            assert_equal(d.cpu(), d_cpu, what=f"dist2 {query.dtype} N={ref.shape[1]} k={k}")
+    with pytest.raises(ValueError, match="path 'warp_select' does not run on CUDA for float64"):
+        force("knn", "warp_select", q64.cuda(), r64.cuda(), 8)
+    with pytest.raises(ValueError, match="path 'warp_select' cannot take these inputs"):
+        force("knn", "warp_select", rand_points(2, 50, gen).cuda(), rand_points(2, 1025, gen).cuda(), 8)
 
 
-def test_warp_select_variant_on_cpu(gen):
-    """On the CPU variant 5 is the brute force."""
+def test_warp_select_does_not_run_on_cpu(gen):
     query, ref = rand_points(2, 30, gen), rand_points(2, 200, gen)
-    d, i = knn_op(query, ref, 20, None, None, WARP_SELECT)
-    check_against_reference(query, ref, 20, d, i)
+    with pytest.raises(ValueError, match="path 'warp_select' does not run on the CPU"):
+        force("knn", "warp_select", query, ref, 20)
 
 
 @pytest.mark.sanitizer
@@ -707,7 +704,7 @@ def test_cuda_warp_select_sanitizer(cuda, gen):
     query, ref = rand_points(2, 9, gen), _snapped(2, 300, gen)
     r_lens = torch.tensor([300, 37])
     for k in (5, 128, 310):
-        d, i = knn_op(query.cuda(), ref.cuda(), k, None, r_lens.cuda(), WARP_SELECT)
+        d, i = force("knn", "warp_select", query.cuda(), ref.cuda(), k, None, r_lens.cuda())
         check_against_reference(query, ref, k, d.cpu(), i.cpu(), None, r_lens)
 
 
@@ -715,11 +712,11 @@ def test_cuda_warp_select_graph_capture(cuda, gen):
     """One launch, no host synchronisation: capture, replay on new data."""
     query, ref = rand_points(4, 256, gen).cuda(), rand_points(4, 1000, gen).cuda()
     for _ in range(2):
-        knn_op(query, ref, 100, None, None, WARP_SELECT)
+        force("knn", "warp_select", query, ref, 100, None, None)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        d, i = knn_op(query, ref, 100, None, None, WARP_SELECT)
+        d, i = force("knn", "warp_select", query, ref, 100, None, None)
     query.copy_(rand_points(4, 256, gen).cuda())
     ref.copy_(rand_points(4, 1000, gen).cuda())
     graph.replay()

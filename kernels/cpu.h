@@ -1,10 +1,9 @@
 /*
- * common.h -- CPU build helpers shared by the C kernels (not part of the public C API).
- * The geometry core (PCOPS_HD, distances, keys, heaps, valid lengths, workspace carving) is
- * kernels/geometry.h, included here so that files not yet converted keep building.
+ * cpu.h -- build helpers of the C (CPU) kernels; not part of the public C API. Includes
+ * geometry.h (distances, keys, heaps, lengths, workspace carving).
  */
-#ifndef PCOPS_COMMON_H
-#define PCOPS_COMMON_H
+#ifndef PCOPS_CPU_H
+#define PCOPS_CPU_H
 
 #include "geometry.h"
 
@@ -18,4 +17,4 @@
 #define PCOPS_CPU_CLONES
 #endif
 
-#endif /* PCOPS_COMMON_H */
+#endif /* PCOPS_CPU_H */

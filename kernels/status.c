@@ -1,5 +1,5 @@
 /*
- * common.c -- status strings and dtype sizes of the C API (kernels/pcops.h).
+ * status.c -- status strings and dtype sizes of the C API (kernels/pcops.h).
  */
 #include "pcops.h"
 

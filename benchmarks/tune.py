@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Re-measures the thresholds of the plans (kernels/<op>/plan.cuh, the per-architecture tuning
+tables): every path of an op forced on a sweep of sizes around each threshold, timed side by side
+in one process, and for each size the fastest path next to the one AUTO takes.
+
+    python benchmarks/tune.py fps [--device cuda] [--reps 30] [--quick]
+    python benchmarks/tune.py knn | ball_query | circle_nms | all
+
+A row where AUTO's path is more than 5 % slower than the fastest is marked "<-": the threshold
+that sends that size to AUTO's path is the one to move (the table names it). Every path's
+output is checked against AUTO's, bit for bit, before it is timed. CUDA: CUDA events, L2
+flushed before each call, medians (benchmarks/common.py time_fn). The printed header names
+the device, driver, CUDA and torch: paste the table into the commit that moves a threshold.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+import pcops  # noqa: E402,F401
+from pcops._paths import force, paths  # noqa: E402
+from common import environment_header, time_fn  # noqa: E402
+
+
+def cloud(B, N, gen, device, dtype=torch.float32):
+    return torch.rand(B, N, 3, generator=gen).to(device=device, dtype=dtype)
+
+
+# op -> list of (label, make_args(gen, device) -> args); sizes around each threshold of the plan
+def fps_cases(quick):
+    sizes = [(64, 128, 64), (64, 129, 64), (32, 512, 256), (32, 1024, 512), (32, 1025, 512),
+             (16, 1500, 700), (8, 4096, 1000), (6, 8192, 1000), (6, 8193, 1000),
+             (6, 12288, 1000), (6, 12288, 2000), (8, 16384, 4096), (4, 32768, 2048),
+             (1, 120000, 16384), (1, 200000, 20000)]
+    if quick:
+        sizes = sizes[::3]
+    cases = []
+    for dtype in (torch.float32, torch.float64):
+        for B, N, npoint in sizes:
+            cases.append((f"{B}x{N}->{npoint} {str(dtype)[6:]}",
+                          lambda g, d, B=B, N=N, k=npoint, t=dtype: (cloud(B, N, g, d, t), k)))
+    return cases
+
+
+def knn_cases(quick):
+    sizes = [(32, 512, 1024, 4), (32, 512, 1024, 16), (16, 1024, 1024, 32), (16, 1024, 1024, 128),
+             (16, 4096, 4096, 8), (16, 4096, 4096, 16), (16, 4096, 4096, 32), (16, 4096, 4096, 64),
+             (4, 8192, 8192, 100), (8, 16384, 16384, 16), (1, 100000, 100000, 16),
+             (1, 100000, 100000, 64)]
+    if quick:
+        sizes = sizes[::3]
+    return [(f"{B}x{M}x{N} k={k}",
+             lambda g, d, B=B, M=M, N=N, k=k: (cloud(B, M, g, d), cloud(B, N, g, d), k))
+            for B, M, N, k in sizes]
+
+
+def ball_query_cases(quick):
+    sizes = [(32, 512, 1024, 0.2, 32), (16, 1024, 4096, 0.1, 64), (16, 1024, 4096, 0.1, 65),
+             (8, 4096, 8192, 0.05, 32), (4, 4096, 16384, 0.05, 32), (1, 4096, 200000, 0.02, 32),
+             (1, 65536, 16384, 0.05, 16)]
+    if quick:
+        sizes = sizes[::2]
+    return [(f"{B}x{M}x{N} r={r} S={S}",
+             lambda g, d, B=B, M=M, N=N, r=r, S=S: (cloud(B, M, g, d), cloud(B, N, g, d), r, S))
+            for B, M, N, r, S in sizes]
+
+
+def circle_nms_cases(quick):
+    sizes = [500, 1000, 2000, 4096, 4097, 16384, 65536, 300000]
+    if quick:
+        sizes = sizes[::2]
+
+    def boxes(g, d, n):
+        side = (n / 2.0) ** 0.5  # about 2 boxes per unit square: radius 1 removes some
+        c = torch.rand(n, 2, generator=g) * side
+        s = torch.rand(n, generator=g)
+        return c.to(d), s.to(d), 1.0
+    return [(f"N={n}", lambda g, d, n=n: boxes(g, d, n)) for n in sizes]
+
+
+CASES = {"fps": ("furthest_point_sample", fps_cases), "knn": ("knn", knn_cases),
+         "ball_query": ("ball_query", ball_query_cases),
+         "circle_nms": ("circle_nms", circle_nms_cases)}
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    return all(same(x, y) for x, y in zip(a, b))
+
+
+def tune(name, device, reps, quick, seed):
+    op, cases = CASES[name]
+    gen = torch.Generator().manual_seed(seed)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=device) if device == "cuda" else None
+    print(f"\n## {name} on {device} (seed {seed})\n")
+    rows = []
+    for label, make in cases(quick):
+        args = make(gen, device)
+        dtype = args[0].dtype
+        want = force(op, "auto", *args)
+        times = {"auto": time_fn(lambda: force(op, "auto", *args), device, reps=reps, flush=flush)}
+        for path in paths(op, device, dtype):
+            try:
+                got = force(op, path, *args)
+            except ValueError:
+                continue  # the path cannot take these sizes
+            if not same(got, want):
+                raise SystemExit(f"{name} {label}: path {path} differs from auto")
+            times[path] = time_fn(lambda: force(op, path, *args), device, reps=reps, flush=flush)
+        best = min((t, p) for p, t in times.items() if p != "auto")
+        rows.append((label, times, best))
+    every = sorted({p for _, t, _ in rows for p in t if p != "auto"})
+    print("| size | auto ms | " + " | ".join(f"{p} ms" for p in every) + " | fastest | |")
+    print("|---|---|" + "---|" * len(every) + "---|---|")
+    for label, times, (t_best, p_best) in rows:
+        cells = [f"{times[p]:.4f}" if p in times else "-" for p in every]
+        flag = "<-" if times["auto"] > 1.05 * t_best else ""
+        print(f"| {label} | {times['auto']:.4f} | " + " | ".join(cells) + f" | {p_best} | {flag} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("op", choices=sorted(CASES) + ["all"])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="every third size only")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    print("\n".join(environment_header(f"python benchmarks/tune.py {args.op}")))
+    for name in sorted(CASES) if args.op == "all" else [args.op]:
+        tune(name, args.device, args.reps, args.quick, args.seed)
+
+
+if __name__ == "__main__":
+    main()
