@@ -77,18 +77,17 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
     if (B < 0 || M < 0 || N < 0 || S < 1) return PCOPS_ERROR_INVALID_VALUE;
     if (B == 0 || M == 0) return PCOPS_SUCCESS;
     if (!idx || !count || !query || (N > 0 && !ref)) return PCOPS_ERROR_INVALID_VALUE;
-    switch (dtype) {
-        case PCOPS_FLOAT32:
-            ball_query_batch_f32((const float*)query, (const float*)ref, query_lengths,
-                                 ref_lengths, B, M, N, (float)radius2, S, idx, count);
-            return PCOPS_SUCCESS;
-        case PCOPS_FLOAT64:
-            ball_query_batch_f64((const double*)query, (const double*)ref, query_lengths,
-                                 ref_lengths, B, M, N, radius2, S, idx, count);
-            return PCOPS_SUCCESS;
-        default:
-            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
-    }
+    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    /* (float)radius2 is rounded here, in the caller's thread: in IEEE mode (cpu.h) */
+    const pcops_fpmode fpmode = pcops_fpmode_ieee();
+    if (dtype == PCOPS_FLOAT32)
+        ball_query_batch_f32((const float*)query, (const float*)ref, query_lengths, ref_lengths,
+                             B, M, N, (float)radius2, S, idx, count);
+    else
+        ball_query_batch_f64((const double*)query, (const double*)ref, query_lengths,
+                             ref_lengths, B, M, N, radius2, S, idx, count);
+    pcops_fpmode_restore(fpmode);
+    return PCOPS_SUCCESS;
 }
 
 /* The grid path: cells of an edge of at least the radius times BQ_GRID_CELL_PER_RADIUS, at
@@ -128,20 +127,18 @@ pcops_status pcops_ball_query_cpu_path(pcops_dtype dtype, const void* query, con
     if (N < 0) return PCOPS_ERROR_INVALID_VALUE;
     if (!idx || !count || !query || !workspace || (N > 0 && !ref))
         return PCOPS_ERROR_INVALID_VALUE;
+    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
     const int64_t budget = pcops_grid_budget(N, 1.0);
+    const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h; (float)radius2 below */
     const double min_cell = sqrt(radius2) * BQ_GRID_CELL_PER_RADIUS;
-    switch (dtype) {
-        case PCOPS_FLOAT32:
-            ball_query_grid_batch_f32((const float*)query, (const float*)ref, query_lengths,
-                                      ref_lengths, B, M, N, (float)radius2, S, budget, min_cell,
-                                      workspace, idx, count);
-            return PCOPS_SUCCESS;
-        case PCOPS_FLOAT64:
-            ball_query_grid_batch_f64((const double*)query, (const double*)ref, query_lengths,
-                                      ref_lengths, B, M, N, radius2, S, budget, min_cell,
-                                      workspace, idx, count);
-            return PCOPS_SUCCESS;
-        default:
-            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
-    }
+    if (dtype == PCOPS_FLOAT32)
+        ball_query_grid_batch_f32((const float*)query, (const float*)ref, query_lengths,
+                                  ref_lengths, B, M, N, (float)radius2, S, budget, min_cell,
+                                  workspace, idx, count);
+    else
+        ball_query_grid_batch_f64((const double*)query, (const double*)ref, query_lengths,
+                                  ref_lengths, B, M, N, radius2, S, budget, min_cell, workspace,
+                                  idx, count);
+    pcops_fpmode_restore(fpmode);
+    return PCOPS_SUCCESS;
 }

@@ -165,6 +165,7 @@ pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_
         return PCOPS_ERROR_UNSUPPORTED_DTYPE;
     if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
     const NmsCpuWorkspace w = nms_carve(workspace, pcops_dtype_size(dtype), N);
+    const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h */
     if (N > 0) nms_visiting_order(score_dtype, scores, N, w);
     if (dtype == PCOPS_FLOAT32)
         *num_kept = circle_nms_f32((const float*)centers, D, w.order, groups, N, (float)radius2,
@@ -172,5 +173,6 @@ pcops_status pcops_circle_nms_cpu(pcops_dtype dtype, const void* centers, int64_
     else
         *num_kept = circle_nms_f64((const double*)centers, D, w.order, groups, N, radius2, w,
                                    keep_mask, keep_idx);
+    pcops_fpmode_restore(fpmode);
     return PCOPS_SUCCESS;
 }

@@ -10,11 +10,23 @@
  * the largest cloud L and so K = pcops_fps_samples(L) are known, writes slot[i] = b*K + rank
  * (the point's place in the [B, K] output of the FPS) or -1. Serial: O(N), no search.
  */
+#include "cpu.h"
 #include "fps_layout.h"
+
+static pcops_status fps_layout(const int64_t* batch, int64_t N, double ratio, pcops_dtype dtype,
+                               int64_t batch_size, int64_t* stats, int64_t* left, int64_t* slot);
 
 pcops_status pcops_fps_layout_cpu(const int64_t* batch, int64_t N, double ratio,
                                   pcops_dtype dtype, int64_t batch_size, int64_t* stats,
                                   int64_t* left, int64_t* slot) {
+    const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h: the samples per cloud in IEEE */
+    const pcops_status status = fps_layout(batch, N, ratio, dtype, batch_size, stats, left, slot);
+    pcops_fpmode_restore(fpmode);
+    return status;
+}
+
+static pcops_status fps_layout(const int64_t* batch, int64_t N, double ratio, pcops_dtype dtype,
+                               int64_t batch_size, int64_t* stats, int64_t* left, int64_t* slot) {
     if (N < 0 || !stats) return PCOPS_ERROR_INVALID_VALUE;
     for (int i = 0; i < PCOPS_FPS_LAYOUT_STATS; ++i) stats[i] = 0;
     if (N == 0) return PCOPS_SUCCESS;

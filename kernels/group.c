@@ -77,16 +77,21 @@ static void group_forward(const void* features, const void* idx, int idx32, int6
     const int64_t rows = B * M;
     const int parallel =
         (double)rows * (double)S * (double)C * (double)elem_bytes >= GROUP_PARALLEL_MIN_BYTES;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t b = r / M;
-        const char* src_b = (const char*)features + (size_t)(b * N) * (size_t)C * elem_bytes;
-        char* dst_r = (char*)out + (size_t)(r * S) * (size_t)C * elem_bytes;
-        switch (elem_bytes) {
-            case 2: GROUP_COPY_ROWS(uint16_t); break;
-            case 4: GROUP_COPY_ROWS(uint32_t); break;
-            default: GROUP_COPY_ROWS(uint64_t); break;
+#pragma omp parallel if (parallel)
+    {
+        const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h */
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t b = r / M;
+            const char* src_b = (const char*)features + (size_t)(b * N) * (size_t)C * elem_bytes;
+            char* dst_r = (char*)out + (size_t)(r * S) * (size_t)C * elem_bytes;
+            switch (elem_bytes) {
+                case 2: GROUP_COPY_ROWS(uint16_t); break;
+                case 4: GROUP_COPY_ROWS(uint32_t); break;
+                default: GROUP_COPY_ROWS(uint64_t); break;
+            }
         }
+        pcops_fpmode_restore(fpmode);
     }
 }
 #undef GROUP_COPY_ROWS
@@ -196,9 +201,14 @@ size_t pcops_group_backward_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, in
 /* The float32 sums of a half-type backward, rounded once into grad_features. */
 static void group_round_sums(const float* sums, int64_t count, int bf16, uint16_t* out) {
     const int parallel = (double)count >= GROUP_PARALLEL_MIN_ELEMENTS;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i = 0; i < count; ++i)
-        out[i] = bf16 ? group_float_to_bf16(sums[i]) : group_float_to_f16(sums[i]);
+#pragma omp parallel if (parallel)
+    {
+        const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h */
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < count; ++i)
+            out[i] = bf16 ? group_float_to_bf16(sums[i]) : group_float_to_f16(sums[i]);
+        pcops_fpmode_restore(fpmode);
+    }
 }
 
 pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,

@@ -58,10 +58,12 @@ pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, cons
     if (B * M * C == 0) return PCOPS_SUCCESS;
     if (!out || (K > 0 && (!idx || !weight)) || (N > 0 && !features))
         return PCOPS_ERROR_INVALID_VALUE;
-    switch (dtype) {
-        case PCOPS_FLOAT32: INTERPOLATE_ROWS(float, f32); break;
-        case PCOPS_FLOAT64: INTERPOLATE_ROWS(double, f64); break;
-        default: return PCOPS_ERROR_UNSUPPORTED_DTYPE;
-    }
+    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h */
+    if (dtype == PCOPS_FLOAT32)
+        INTERPOLATE_ROWS(float, f32);
+    else
+        INTERPOLATE_ROWS(double, f64);
+    pcops_fpmode_restore(fpmode);
     return PCOPS_SUCCESS;
 }

@@ -65,10 +65,12 @@ pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, cons
     int64_t* idx_w = NULL;
     if (B * M * S == 0) return PCOPS_SUCCESS;
     if (!query || !idx || !dist2 || (N > 0 && !ref)) return PCOPS_ERROR_INVALID_VALUE;
+    const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h */
     if (dtype == PCOPS_FLOAT32)
         NEIGHBOR_DIST2_ROWS(float, f32);
     else
         NEIGHBOR_DIST2_ROWS(double, f64);
+    pcops_fpmode_restore(fpmode);
     return PCOPS_SUCCESS;
 }
 
@@ -82,9 +84,11 @@ pcops_status pcops_neighbor_dist2_count_cpu(pcops_dtype dtype, const void* query
     int64_t* idx_w = idx;
     if (B * M * S == 0) return PCOPS_SUCCESS;
     if (!query || !idx || !count || !dist2 || (N > 0 && !ref)) return PCOPS_ERROR_INVALID_VALUE;
+    const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h */
     if (dtype == PCOPS_FLOAT32)
         NEIGHBOR_DIST2_ROWS(float, f32);
     else
         NEIGHBOR_DIST2_ROWS(double, f64);
+    pcops_fpmode_restore(fpmode);
     return PCOPS_SUCCESS;
 }

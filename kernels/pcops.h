@@ -22,7 +22,9 @@
  *     start is taken modulo lengths[b], out-of-range gather indices read as -1.
  *   - Scratch memory is passed in by the caller; pcops_<op>_workspace_bytes()
  *     says how much. No function here allocates.
- *   - CPU functions return a pcops_status and parallelise with OpenMP.
+ *   - CPU functions return a pcops_status and parallelise with OpenMP. They compute in IEEE
+ *     arithmetic (denormals kept) whatever flush-to-zero / denormals-are-zero mode the calling
+ *     thread has, on every thread of their team (kernels/cpu.h), as the CUDA kernels do.
  *     CUDA launchers take a stream (no default: forgetting it fails to compile),
  *     launch asynchronously, never synchronise the host, and return
  *     cudaGetLastError() (cudaErrorInvalidValue for bad sizes or dtypes).

@@ -40,9 +40,11 @@ pcops_status pcops_three_nn_pointnet2_cpu(pcops_dtype dtype, const void* dist2,
     if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
     if (n == 0) return PCOPS_SUCCESS;
     if (!dist2 || !idx || !dist || !idx32) return PCOPS_ERROR_INVALID_VALUE;
+    const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h */
     if (dtype == PCOPS_FLOAT32)
         THREE_NN_CONVERT(float, sqrtf);
     else
         THREE_NN_CONVERT(double, sqrt);
+    pcops_fpmode_restore(fpmode);
     return PCOPS_SUCCESS;
 }
