@@ -4,6 +4,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _autograd
+
 __all__ = ["circle_nms", "circle_nms_mask"]
 
 
@@ -148,3 +150,22 @@ def _circle_nms_path_fake(centers, scores, radius, groups, path):
 # bindings register a fallthrough for the Autograd key (bindings/circle_nms.cpp), so inputs that
 # require grad are accepted and the call stays in C++ (a Python autograd kernel cost several
 # microseconds per call).
+
+
+# vmap: circle_nms's output size depends on each sample's data, so it cannot be batched;
+# circle_nms_mask's can: one call per sample (the boxes of a sample are one problem).
+_autograd.register_no_vmap(
+    "circle_nms", "the number of kept boxes differs between samples; use pcops.circle_nms_mask "
+    "(a mask of fixed size) under vmap, or one call with `groups` holding the sample ids")
+
+
+@torch.library.register_vmap("pcops::circle_nms_mask", lib=_autograd._LIB)
+def _circle_nms_mask_vmap(info, in_dims, centers, scores, radius, groups=None):
+    def sample(t, dim, i):
+        return t if dim is None else t.select(dim, i)
+
+    dims = tuple(in_dims) + (None,) * (4 - len(in_dims))
+    masks = [torch.ops.pcops.circle_nms_mask.default(
+        sample(centers, dims[0], i), sample(scores, dims[1], i), radius,
+        None if groups is None else sample(groups, dims[3], i)) for i in range(info.batch_size)]
+    return torch.stack(masks), 0

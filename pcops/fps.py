@@ -4,6 +4,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from . import _autograd
+
 __all__ = ["furthest_point_sample"]
 
 
@@ -95,6 +97,8 @@ def _fps_fake(xyz, npoint, lengths=None, start=None, path=0):
 
 torch.library.register_fake("pcops::furthest_point_sample")(_fps_fake)
 torch.library.register_fake("pcops::_furthest_point_sample_path")(_fps_fake)
+_autograd.register_fold_vmap("furthest_point_sample", batched=(0, 2, 3))
+_autograd.register_fold_vmap("_furthest_point_sample_path", batched=(0, 2, 3))
 
 
 # Autograd: none. The outputs (indices, coverage curve) are not differentiable; the bindings

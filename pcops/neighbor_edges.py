@@ -5,6 +5,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _autograd
+
 __all__ = ["neighbor_edges"]
 
 
@@ -51,3 +53,8 @@ def _neighbor_edges_fake(idx, num_ref, count=None, row_offset=None, col_offset=N
             torch._check(t.dim() == 1 and t.shape[0] == idx.shape[0], lambda: "offsets must be [B]")
     E = torch.library.get_ctx().new_dynamic_size()
     return idx.new_empty((2, E))
+
+
+_autograd.register_no_vmap(
+    "neighbor_edges", "the number of edges differs between samples; fold the vmapped "
+    "dimension into the batch dimension B instead (flat indices b * M + m, b * num_ref + idx)")

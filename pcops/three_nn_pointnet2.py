@@ -5,6 +5,8 @@ outputs carry no graph. Called by :func:`pcops.compat.pointnet2_ops.three_nn`;
 :func:`pcops.three_nn` is the native form (squared distances, int64, differentiable)."""
 import torch
 
+from . import _autograd
+
 
 @torch.library.register_fake("pcops::three_nn_pointnet2")
 def _three_nn_pointnet2_fake(unknown, known):
@@ -15,3 +17,6 @@ def _three_nn_pointnet2_fake(unknown, known):
     torch._check(known.shape[0] == unknown.shape[0], lambda: "unknown and known differ in B")
     shape = (unknown.shape[0], unknown.shape[1], 3)
     return unknown.new_empty(shape), unknown.new_empty(shape, dtype=torch.int32)
+
+
+_autograd.register_fold_vmap("three_nn_pointnet2", batched=(0, 1))
