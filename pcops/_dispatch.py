@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.autograd import forward_ad as _forward_ad
 
 from ._autograd import FUNCTIONS, _below_autograd, _transforms_active
+from ._checks import argument_error
 
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
@@ -24,14 +25,35 @@ def call(op, grad_inputs, *args):
     autograd.Function (pcops/_autograd.py) is applied. Something can flow when one of them
     requires grad under grad mode, a forward-AD level is open, or a torch.func transform is
     active (``pcops._autograd.tracked``, inlined: this is every inference call's path). The
-    result is the same bits either way. Under torch.compile the op itself is traced."""
-    if _is_compiling():
+    result is the same bits either way. Under torch.compile the op itself is traced.
+
+    An argument torch cannot convert (an int beyond int64) raises an error naming the op and
+    the argument (:func:`pcops._checks.argument_error`; a try block costs nothing when nothing
+    is raised)."""
+    try:
+        if _is_compiling():
+            return op(*args)
+        if _transforms_active() or _forward_ad._current_level >= 0:
+            return FUNCTIONS[op].apply(*args)
+        if _grad_enabled():
+            for t in grad_inputs:
+                if isinstance(t, Tensor) and t.requires_grad:
+                    return FUNCTIONS[op].apply(*args)
+        with _below_autograd():
+            return op(*args)
+    except RuntimeError:
+        error = argument_error(op, args)
+        if error is None:
+            raise
+        raise error from None
+
+
+def call_plain(op, *args):
+    """``op(*args)`` for an op without derivatives, with :func:`call`'s messages."""
+    try:
         return op(*args)
-    if _transforms_active() or _forward_ad._current_level >= 0:
-        return FUNCTIONS[op].apply(*args)
-    if _grad_enabled():
-        for t in grad_inputs:
-            if isinstance(t, Tensor) and t.requires_grad:
-                return FUNCTIONS[op].apply(*args)
-    with _below_autograd():
-        return op(*args)
+    except RuntimeError:
+        error = argument_error(op, args)
+        if error is None:
+            raise
+        raise error from None

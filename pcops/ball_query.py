@@ -5,8 +5,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _autograd
-from ._dispatch import call as _call
+from . import _autograd, _checks
+from ._dispatch import call as _call, call_plain as _call_plain
 from .neighbor_dist2 import _dist2_backward, _dist2_tangent
 
 __all__ = ["ball_query", "ball_query_dist2"]
@@ -57,9 +57,8 @@ def ball_query(
         >>> idx, count = pcops.ball_query(centres, xyz, 0.2, 32, return_count=True)
         >>> grouped = pcops.group(xyz, idx) - centres[:, :, None]   # [2, 128, 32, 3]
     """
-    idx, count = torch.ops.pcops.ball_query.default(
-        query, ref, radius, nsample, query_lengths, ref_lengths
-    )
+    idx, count = _call_plain(torch.ops.pcops.ball_query.default, query, ref, radius, nsample,
+                             query_lengths, ref_lengths)
     return (idx, count) if return_count else idx
 
 
@@ -96,7 +95,8 @@ def ball_query_dist2(
 
 @torch.library.register_fake("pcops::ball_query_dist2")
 def _ball_query_dist2_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
-    idx, _ = _ball_query_fake(query, ref, radius, nsample, query_lengths, ref_lengths)
+    idx, _ = _ball_query_fake(query, ref, radius, nsample, query_lengths, ref_lengths,
+                              op="ball_query_dist2")
     return query.new_empty(idx.shape), idx
 
 
@@ -139,7 +139,10 @@ _autograd.register_fold_vmap("ball_query_dist2", batched=(0, 1, 4, 5))
 
 
 @torch.library.register_fake("pcops::ball_query")
-def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
+def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None, *,
+                     op="ball_query"):
+    _checks.check_devices(op, "query", query, ref=ref, query_lengths=query_lengths,
+                          ref_lengths=ref_lengths)
     torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref differ in B")

@@ -4,7 +4,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _autograd
+from . import _autograd, _checks
+from ._dispatch import call_plain as _call_plain
 
 __all__ = ["circle_nms", "circle_nms_mask"]
 
@@ -69,7 +70,8 @@ def circle_nms(
         >>> len(keep) <= 83
         True
     """
-    return torch.ops.pcops.circle_nms.default(centers, scores, radius, max_out, groups)
+    return _call_plain(torch.ops.pcops.circle_nms.default, centers, scores, radius, max_out,
+                       groups)
 
 
 def circle_nms_mask(
@@ -106,10 +108,11 @@ def circle_nms_mask(
         >>> keep = pcops.circle_nms_mask(centers, scores, 1.0)          # [4096] bool
         >>> kept_scores = torch.where(keep, scores, 0.0)               # fixed shapes throughout
     """
-    return torch.ops.pcops.circle_nms_mask.default(centers, scores, radius, groups)
+    return _call_plain(torch.ops.pcops.circle_nms_mask.default, centers, scores, radius, groups)
 
 
-def _check_fake_args(centers, scores, groups):
+def _check_fake_args(op, centers, scores, groups):
+    _checks.check_devices(op, "centers", centers, scores=scores, groups=groups)
     torch._check(
         centers.dim() == 2 and centers.shape[1] in (2, 3),
         lambda: f"centers must be [N, 2] or [N, 3], got {tuple(centers.shape)}",
@@ -127,20 +130,20 @@ def _check_fake_args(centers, scores, groups):
 
 @torch.library.register_fake("pcops::circle_nms")
 def _circle_nms_fake(centers, scores, radius, max_out=-1, groups=None):
-    _check_fake_args(centers, scores, groups)
+    _check_fake_args("circle_nms", centers, scores, groups)
     K = torch.library.get_ctx().new_dynamic_size()
     return centers.new_empty((K,), dtype=torch.long)
 
 
 @torch.library.register_fake("pcops::circle_nms_mask")
 def _circle_nms_mask_fake(centers, scores, radius, groups=None):
-    _check_fake_args(centers, scores, groups)
+    _check_fake_args("circle_nms_mask", centers, scores, groups)
     return centers.new_empty((centers.shape[0],), dtype=torch.bool)
 
 
 @torch.library.register_fake("pcops::_circle_nms_path")
 def _circle_nms_path_fake(centers, scores, radius, groups, path):
-    _check_fake_args(centers, scores, groups)
+    _check_fake_args("_circle_nms_path", centers, scores, groups)
     n = centers.shape[0]
     return (centers.new_empty((n,), dtype=torch.bool), centers.new_empty((n,), dtype=torch.long),
             centers.new_empty((1,), dtype=torch.long))

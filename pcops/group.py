@@ -2,7 +2,7 @@
 import torch
 from torch import Tensor
 
-from . import _autograd
+from . import _autograd, _checks
 from ._dispatch import call as _call
 
 __all__ = ["group", "group_backward"]
@@ -70,6 +70,7 @@ def group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
 
 @torch.library.register_fake("pcops::group")
 def _group_fake(features, idx):
+    _checks.check_devices("group", "features", features, idx=idx)
     torch._check(features.dim() == 3, lambda: "features must be [B, N, C]")
     torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
                  lambda: "idx must be int64 or int32 [B, M, S]")
@@ -81,6 +82,7 @@ def _group_fake(features, idx):
 
 @torch.library.register_fake("pcops::group_backward")
 def _group_backward_fake(grad_out, idx, num_points):
+    _checks.check_devices("group_backward", "grad_out", grad_out, idx=idx)
     torch._check(grad_out.dim() == 4, lambda: "grad_out must be [B, M, S, C]")
     torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
                  lambda: "idx must be int64 or int32 [B, M, S]")

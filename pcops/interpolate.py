@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _autograd
+from . import _autograd, _checks
 from ._dispatch import call as _call
 from .group import _group, _group_backward
 
@@ -101,6 +101,7 @@ def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
 
 @torch.library.register_fake("pcops::interpolate")
 def _interpolate_fake(features, idx, weight):
+    _checks.check_devices("interpolate", "features", features, idx=idx, weight=weight)
     torch._check(features.dim() == 3, lambda: "features must be [B, N, C]")
     torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
                  lambda: "idx must be int64 or int32 [B, M, K]")

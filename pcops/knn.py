@@ -4,7 +4,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _autograd
+from . import _autograd, _checks
 from ._dispatch import call as _call
 from .neighbor_dist2 import _dist2_backward, _dist2_tangent
 
@@ -65,6 +65,8 @@ def knn(
 
 @torch.library.register_fake("pcops::knn")
 def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None):
+    _checks.check_devices("knn", "query", query, ref=ref, query_lengths=query_lengths,
+                          ref_lengths=ref_lengths)
     torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref must have one batch size")

@@ -5,7 +5,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _autograd
+from . import _autograd, _checks
 from ._dispatch import call as _call
 from .group import _group, _group_backward
 
@@ -47,6 +47,7 @@ def neighbor_dist2(query: Tensor, ref: Tensor, idx: Tensor) -> Tensor:
 
 @torch.library.register_fake("pcops::neighbor_dist2")
 def _neighbor_dist2_fake(query, ref, idx):
+    _checks.check_devices("neighbor_dist2", "query", query, ref=ref, idx=idx)
     torch._check(query.dim() == 3 and query.shape[2] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[2] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.dtype == query.dtype, lambda: "ref must have the dtype of query")

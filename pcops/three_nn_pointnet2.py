@@ -5,11 +5,12 @@ outputs carry no graph. Called by :func:`pcops.compat.pointnet2_ops.three_nn`;
 :func:`pcops.three_nn` is the native form (squared distances, int64, differentiable)."""
 import torch
 
-from . import _autograd
+from . import _autograd, _checks
 
 
 @torch.library.register_fake("pcops::three_nn_pointnet2")
 def _three_nn_pointnet2_fake(unknown, known):
+    _checks.check_devices("three_nn_pointnet2", "unknown", unknown, known=known)
     torch._check(unknown.dim() == 3 and unknown.shape[2] == 3,
                  lambda: "unknown must be [B, n, 3]")
     torch._check(known.dim() == 3 and known.shape[2] == 3, lambda: "known must be [B, m, 3]")

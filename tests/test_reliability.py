@@ -331,3 +331,273 @@ def test_inference_tensor_under_autograd_names_the_op_and_argument(gen):
     assert q.grad is not None
     with torch.no_grad():  # and without autograd, inference tensors are fine
         assert_equal(pcops.group(f, idx), gather_rows(f.detach(), idx), what="group no_grad")
+
+
+# ---------------------------------------------------------------------------------------------
+# devices: every fake (meta) implementation refuses mixed devices as the bindings do; the real
+# kernels refuse a meta optional argument
+
+
+def raw_op_cases(gen):
+    """op name -> (positional arguments on the CPU, their names; None for non-tensors)."""
+    q, r = rand_points(2, 6, gen), rand_points(2, 9, gen)
+    ql, rl = torch.tensor([6, 4]), torch.tensor([9, 3])
+    idx = torch.randint(-1, 9, (2, 6, 4), generator=gen)
+    f, w = torch.randn(2, 9, 5, generator=gen), torch.rand(2, 6, 4, generator=gen)
+    c, s, g = torch.rand(10, 2, generator=gen), torch.rand(10, generator=gen), torch.arange(10) % 3
+    knn = ((q, r, 3, ql, rl), ("query", "ref", None, "query_lengths", "ref_lengths"))
+    bq = ((q, r, 0.4, 4, ql, rl), ("query", "ref", None, None, "query_lengths", "ref_lengths"))
+    fps = ((r, 4, rl, torch.tensor([1, 2])), ("xyz", None, "lengths", "start"))
+    nms = ((c, s, 0.3, g), ("centers", "scores", None, "groups"))
+    return {
+        "knn": knn,
+        "_knn_path": (knn[0] + (0,), knn[1] + (None,)),
+        "ball_query": bq,
+        "_ball_query_path": (bq[0] + (0,), bq[1] + (None,)),
+        "ball_query_dist2": bq,
+        "furthest_point_sample": fps,
+        "_furthest_point_sample_path": (fps[0] + (0,), fps[1] + (None,)),
+        "group": ((f, idx), ("features", "idx")),
+        "group_backward": ((torch.randn(2, 6, 4, 5), idx, 9), ("grad_out", "idx", None)),
+        "interpolate": ((f, idx, w), ("features", "idx", "weight")),
+        "neighbor_dist2": ((q, r, idx), ("query", "ref", "idx")),
+        "three_nn_pointnet2": ((q, r), ("unknown", "known")),
+        "neighbor_edges": ((idx, 9, idx[:, :, 0].clamp(0, 4), ql, rl),
+                           ("idx", None, "count", "row_offset", "col_offset")),
+        "circle_nms": ((c, s, 0.3, -1, g), ("centers", "scores", None, None, "groups")),
+        "circle_nms_mask": nms,
+        "_circle_nms_path": (nms[0] + (0,), nms[1] + (None,)),
+        "_fps_layout": ((torch.tensor([0, 0, 1, 1, 1]), 0.5, torch.float32), ("batch", None, None)),
+    }
+
+
+OPS = ["knn", "_knn_path", "ball_query", "_ball_query_path", "ball_query_dist2",
+       "furthest_point_sample", "_furthest_point_sample_path", "group", "group_backward",
+       "interpolate", "neighbor_dist2", "three_nn_pointnet2", "neighbor_edges", "circle_nms",
+       "circle_nms_mask", "_circle_nms_path", "_fps_layout"]
+
+
+def test_the_table_covers_every_op():
+    ops = {n.split("::")[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("pcops::")}
+    assert ops - {"_set_debug_checks"} == set(OPS)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_meta_argument_among_cpu_ones_raises_naming_op_and_argument(gen, name):
+    """Each tensor argument in turn on meta, the others on the CPU: the dispatcher picks the
+    fake (Meta is the highest backend key), which used to return uninitialised CPU tensors (or
+    meta ones for a meta first argument). Now a ValueError naming the op and the argument; and
+    the CPU kernel, reached directly, refuses it likewise."""
+    args, names = raw_op_cases(gen)[name]
+    op = getattr(torch.ops.pcops, name).default
+    tensors = [i for i, n in enumerate(names) if n is not None]
+    if len(tensors) == 1:
+        pytest.skip(f"{name} has one tensor argument")
+    for i in tensors:
+        mixed = list(args)
+        mixed[i] = args[i].to("meta")
+        # the argument named is the meta one, or (a meta first argument) the next tensor
+        named = names[i] if i != tensors[0] else names[tensors[1]]
+        pattern = rf"pcops\.\w+: argument '{named}' must be on the same device as"
+        with pytest.raises(ValueError, match=pattern):
+            op(*mixed)
+        if i != tensors[0]:
+            with pytest.raises(ValueError, match=pattern):
+                op.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CPU), *mixed)
+
+
+@pytest.mark.parametrize("name", [n for n in OPS if n not in ("circle_nms", "neighbor_edges")])
+def test_all_meta_arguments_give_meta_outputs_of_the_real_shapes(gen, name):
+    args, _ = raw_op_cases(gen)[name]
+    op = getattr(torch.ops.pcops, name).default
+    real = op(*args)
+    fake = op(*(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args))
+    real, fake = (real, fake) if isinstance(real, tuple) else ((real,), (fake,))
+    for a, b in zip(real, fake):
+        assert b.device.type == "meta" and b.shape == a.shape and b.dtype == a.dtype
+
+
+def test_issue_meta_calls_through_the_wrappers(gen):
+    q, r = rand_points(2, 5, gen), rand_points(2, 7, gen)
+    m = torch.tensor([3, 3]).to("meta")
+    idx = torch.randint(0, 7, (2, 5, 3), generator=gen)
+    w = torch.rand(2, 5, 3, generator=gen)
+    calls = [
+        ("knn", "query_lengths", lambda: pcops.knn(q, r, 4, m, None)),
+        ("knn", "ref", lambda: pcops.knn(q.to("meta"), r, 4)),
+        ("furthest_point_sample", "lengths", lambda: pcops.furthest_point_sample(r, 4, m)),
+        ("furthest_point_sample", "start", lambda: pcops.furthest_point_sample(r, 4, None, m)),
+        ("ball_query", "ref_lengths", lambda: pcops.ball_query(q, r, 0.3, 4, None, m)),
+        ("ball_query_dist2", "query_lengths", lambda: pcops.ball_query_dist2(q, r, 0.3, 4, m)),
+        ("group", "idx", lambda: pcops.group(r, idx.to("meta"))),
+        ("group_backward", "idx", lambda: pcops.group_backward(torch.rand(2, 5, 3, 4),
+                                                               idx.to("meta"), 7)),
+        ("circle_nms_mask", "scores", lambda: pcops.circle_nms_mask(
+            torch.rand(4, 2), torch.rand(4).to("meta"), 0.5)),
+        ("circle_nms_mask", "groups", lambda: pcops.circle_nms_mask(
+            torch.rand(4, 2), torch.rand(4), 0.5, torch.zeros(4, dtype=torch.long).to("meta"))),
+        ("interpolate", "weight", lambda: pcops.interpolate(r, idx, w.to("meta"))),
+        ("knn", "ref_lengths", lambda: pcops.three_nn(q, r, None, m)),
+        ("neighbor_dist2", "idx", lambda: pcops.neighbor_dist2(q, r, idx.to("meta"))),
+    ]
+    for op, arg, call in calls:
+        with pytest.raises(ValueError, match=rf"pcops\.{op}: argument '{arg}' must be on the same device"):
+            call()
+
+
+# ---------------------------------------------------------------------------------------------
+# FPS's start: checked by the op itself on the CPU
+
+
+def test_issue_raw_fps_start_equal_to_n_raises():
+    """torch.ops.pcops.furthest_point_sample(x, 4, None, tensor([10])) on a 10-point cloud used
+    to return start = 0's samples."""
+    x = torch.rand(1, 10, 3)
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: argument 'start' must "
+                       r"hold, for each b, a value in \[0, lengths\[b\]\).*start\[0\] = 10"):
+        torch.ops.pcops.furthest_point_sample(x, 4, None, torch.tensor([10]))
+    got = torch.ops.pcops.furthest_point_sample(x, 4, None, torch.tensor([9]))[0]
+    assert got[0, 0] == 9
+
+
+# ---------------------------------------------------------------------------------------------
+# messages that name the op and the argument
+
+
+@pytest.mark.parametrize("op,arg,call", [
+    ("knn", "k", lambda q, r, n: pcops.knn(q, r, n)),
+    ("knn", "k", lambda q, r, n: pcops.knn(q[0], r[0], n)),
+    ("ball_query", "nsample", lambda q, r, n: pcops.ball_query(q, r, 0.2, n)),
+    ("ball_query_dist2", "nsample", lambda q, r, n: pcops.ball_query_dist2(q, r, 0.2, n)),
+    ("furthest_point_sample", "npoint", lambda q, r, n: pcops.furthest_point_sample(r, n)),
+    ("group_backward", "num_points", lambda q, r, n: pcops.group_backward(
+        torch.rand(2, 5, 3, 4), torch.zeros(2, 5, 3, dtype=torch.long), n)),
+    ("circle_nms", "max_out", lambda q, r, n: pcops.circle_nms(r[0, :, :2], r[0, :, 2], 0.1, n)),
+    ("neighbor_edges", "num_ref", lambda q, r, n: pcops.neighbor_edges(
+        torch.zeros(2, 5, 3, dtype=torch.long), n)),
+])
+@pytest.mark.parametrize("value", [2**63, 2**70, -2**64])
+def test_integers_beyond_int64_name_op_and_argument(gen, op, arg, call, value):
+    q, r = rand_points(2, 5, gen), rand_points(2, 7, gen)
+    with pytest.raises(ValueError, match=rf"pcops\.{op}: argument '{arg}' must be an integer in "
+                       rf"int64's range \[-2\*\*63, 2\*\*63\), got {value} "):
+        call(q, r, value)
+
+
+def test_float_beyond_float64_names_op_and_argument(gen):
+    q = rand_points(2, 5, gen)
+    with pytest.raises(ValueError, match=r"pcops\.ball_query: argument 'radius' must be a finite "
+                       r"float, got an integer of about 2\*\*2000"):
+        pcops.ball_query(q, q, 2**2000, 4)
+
+
+@pytest.mark.parametrize("kind", ["sparse_coo", "sparse_csr", "quantized", "nested", "jagged"])
+def test_sparse_quantized_nested_tensors_name_op_and_argument(gen, kind):
+    q, r = rand_points(2, 5, gen), rand_points(2, 7, gen)
+    convert = {
+        "sparse_coo": lambda t: t.to_sparse(),
+        "sparse_csr": lambda t: t.to_sparse_csr(),
+        "quantized": lambda t: torch.quantize_per_tensor(t, 0.1, 0, torch.quint8),
+        "nested": lambda t: torch.nested.nested_tensor(list(t)),
+        "jagged": lambda t: torch.nested.nested_tensor(list(t), layout=torch.jagged),
+    }[kind]
+    got = "a nested tensor of" if kind in ("nested", "jagged") else f"a {kind} tensor"
+    if kind == "sparse_csr":
+        c = convert(r[0, :, :2])  # CSR tensors are 2-D
+        with pytest.raises(TypeError, match=r"pcops\.circle_nms_mask: argument 'centers' must be a "
+                           r"dense \(strided\) tensor, got a sparse_csr tensor"):
+            pcops.circle_nms_mask(c, r[0, :, 2], 0.1)
+        return
+    with pytest.raises(TypeError, match=rf"pcops\.knn: argument 'ref' must be a dense \(strided\) "
+                       rf"tensor, got {got}"):
+        pcops.knn(q, convert(r), 2)
+    with pytest.raises(TypeError, match=rf"pcops\.group: argument 'features' must be a dense "
+                       rf"\(strided\) tensor, got {got}"):
+        torch.ops.pcops.group.default(convert(r), torch.zeros(2, 5, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"pcops\.neighbor_dist2: argument 'query'"):
+        pcops.neighbor_dist2(convert(q), r, torch.zeros(2, 5, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name,op", [
+    ("knn", "knn"), ("three_nn", "knn"), ("ball_query", "ball_query"),
+    ("ball_query_dist2", "ball_query_dist2"), ("furthest_point_sample", "furthest_point_sample"),
+    ("group", "group"), ("group_backward", "group_backward"), ("interpolate", "interpolate"),
+    ("three_interpolate", "interpolate"), ("neighbor_dist2", "neighbor_dist2"),
+    ("neighbor_edges", "neighbor_edges"), ("circle_nms", "circle_nms"),
+    ("circle_nms_mask", "circle_nms_mask")])
+def test_torchscript_says_what_to_use_instead(name, op):
+    """TorchScript cannot compile the Python wrappers (keyword-only arguments, *args); scripting
+    one, or code that calls one, says to use torch.export / torch.compile or the op itself."""
+    message = (rf"pcops\.{name} is a Python function that TorchScript cannot compile .*"
+               rf"torch\.export.* torch\.ops\.pcops\.{op}\(")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script is deprecated
+        with pytest.raises(RuntimeError, match=message):
+            torch.jit.script(getattr(pcops, name))
+
+
+def test_torchscript_of_the_ops_themselves_works(gen):
+    def gather_knn(query: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        dist2, idx = torch.ops.pcops.knn(query, ref, 4)
+        return torch.ops.pcops.group(ref, idx).sum(2) + dist2.sum(-1, keepdim=True)
+
+    def calls_wrapper(query: torch.Tensor) -> torch.Tensor:
+        return pcops.group(query, torch.zeros(1, 1, 1, dtype=torch.long))
+
+    q, r = rand_points(2, 10, gen), rand_points(2, 30, gen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        scripted = torch.jit.script(gather_knn)
+        with pytest.raises(RuntimeError, match=r"pcops\.group is a Python function"):
+            torch.jit.script(calls_wrapper)
+    assert_equal(scripted(q, r), gather_knn(q, r), what="scripted ops")
+
+
+_OOM_SCRIPT = textwrap.dedent("""
+    import resource, sys, torch, pcops
+    def vm_bytes():
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmSize"))
+    limit = vm_bytes() + (1 << 30)  # one more GiB of address space: the allocations below fail
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    x = torch.zeros(1, 1, 3)
+    calls = {
+        "copy": lambda: pcops.knn(x.expand(512, 1 << 20, 3), x.expand(512, 4, 3), 1),
+        "output": lambda: pcops.knn(x.expand(1, 1024, 3), x.expand(1, 4, 3), 1 << 19),
+        "features": lambda: pcops.group(torch.zeros(1, 1, 1).expand(256, 1 << 20, 8),
+                                        torch.zeros(256, 1, 1, dtype=torch.long)),
+        "grad_out": lambda: pcops.group_backward(
+            torch.zeros(1, 1, 1, 1).expand(256, 1 << 20, 2, 4),
+            torch.zeros(1, 1, 1, dtype=torch.long).expand(256, 1 << 20, 2), 1),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+            print(name, "NO ERROR")
+        except torch.OutOfMemoryError as e:
+            print(name, str(e).splitlines()[0])
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc: Linux")
+def test_allocation_failures_name_op_argument_and_size():
+    """Expanded inputs cost no memory until a copy is made; outputs may fit in the device's
+    memory and not in what is free. Under an address-space limit (a subprocess, so that no
+    allocation can succeed by accident), each failure is torch.OutOfMemoryError naming the op,
+    the argument, the shape and the bytes (it used to be the allocator's message alone)."""
+    out = subprocess.run([sys.executable, "-c", _OOM_SCRIPT], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    assert lines["copy"].startswith(
+        "pcops.knn: out of memory: cannot allocate a contiguous Float copy of argument 'query' "
+        "([512, 1048576, 3], Float, 6 GiB) on cpu ("), lines["copy"]
+    assert lines["output"].startswith(
+        "pcops.knn: out of memory: cannot allocate a tensor for argument 'k' ([1, 1024, 524288], "
+        "Float, 2 GiB) on cpu ("), lines["output"]
+    assert lines["features"].startswith(
+        "pcops.group: out of memory: cannot allocate a contiguous Float copy of argument "
+        "'features' ([256, 1048576, 8], Float, 8 GiB)"), lines["features"]
+    assert lines["grad_out"].startswith(
+        "pcops.group_backward: out of memory: cannot allocate a contiguous Float copy of argument "
+        "'grad_out' ([256, 1048576, 2, 4], Float, 8 GiB)"), lines["grad_out"]
