@@ -47,8 +47,8 @@ BallQueryCall prepare(const at::Tensor& query, const at::Tensor& ref, double rad
     c.ref_lengths = q.ref_lengths;
     c.query = q.query;
     c.ref = q.ref;
-    c.idx = at::empty({c.B, c.M, nsample}, query.options().dtype(at::kLong));
-    c.count = at::empty({c.B, c.M}, query.options().dtype(at::kLong));
+    c.idx = allocate(op, "nsample", {c.B, c.M, nsample}, query.options().dtype(at::kLong));
+    c.count = allocate(op, "query", {c.B, c.M}, query.options().dtype(at::kLong));
     return c;
 }
 
@@ -63,9 +63,10 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query, const
                              ? nullptr
                              : check_path(kPathOp, "ball_query", path, false, dtype);
     const pcops_ball_query_path v = (pcops_ball_query_path)path;
-    at::Tensor workspace = at::empty({(int64_t)pcops_ball_query_cpu_workspace_bytes(
-                                         dtype, c.B, c.M, c.N, c.radius2, c.nsample, v)},
-                                     c.query.options().dtype(at::kByte));
+    at::Tensor workspace = allocate(kOp, nullptr,
+                                    {(int64_t)pcops_ball_query_cpu_workspace_bytes(
+                                        dtype, c.B, c.M, c.N, c.radius2, c.nsample, v)},
+                                    c.query.options().dtype(at::kByte));
     const pcops_status status = pcops_ball_query_cpu_path(
         dtype, c.query.data_ptr(), c.ref.data_ptr(), ptr_or_null(c.query_lengths),
         ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.radius2, c.nsample, v, workspace.data_ptr(),
@@ -87,7 +88,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu_auto(
 // slots (idx -1, dist2 0: PyTorch3D's layout) and writes the others' squared distances with the
 // searches' arithmetic. dist2 in the dtype of query.
 at::Tensor dist2_in_query_dtype(const at::Tensor& dist2, const at::Tensor& query) {
-    return dist2.scalar_type() == query.scalar_type() ? dist2 : dist2.to(query.scalar_type());
+    return to_dtype(kOpDist2, "nsample", dist2, query.scalar_type());
 }
 
 std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cpu(
@@ -96,17 +97,18 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cpu(
     BallQueryCall c =
         prepare(query, ref, radius, nsample, query_lengths, ref_lengths, kOpDist2);
     const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
-    at::Tensor workspace =
-        at::empty({(int64_t)pcops_ball_query_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.radius2,
-                                                                 c.nsample, PCOPS_BALL_QUERY_AUTO)},
-                  c.query.options().dtype(at::kByte));
+    at::Tensor workspace = allocate(
+        kOpDist2, nullptr,
+        {(int64_t)pcops_ball_query_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.radius2,
+                                                       c.nsample, PCOPS_BALL_QUERY_AUTO)},
+        c.query.options().dtype(at::kByte));
     check_status(kOpDist2, pcops_ball_query_cpu_path(
                                dtype, c.query.data_ptr(), c.ref.data_ptr(),
                                ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B,
                                c.M, c.N, c.radius2, c.nsample, PCOPS_BALL_QUERY_AUTO,
                                workspace.data_ptr(), c.idx.data_ptr<int64_t>(),
                                c.count.data_ptr<int64_t>()));
-    at::Tensor dist2 = at::empty(c.idx.sizes(), c.query.options());
+    at::Tensor dist2 = allocate(kOpDist2, "nsample", c.idx.sizes(), c.query.options());
     check_status(kOpDist2, pcops_neighbor_dist2_count_cpu(
                                dtype, c.query.data_ptr(), c.ref.data_ptr(),
                                c.idx.data_ptr<int64_t>(), c.count.data_ptr<int64_t>(), c.B, c.M,
@@ -133,7 +135,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, cons
     if (err != cudaSuccess && forced != nullptr)
         forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.nsample));
     check_cuda(kOp, err);
-    at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
+    at::Tensor workspace = workspace_tensor(kOp, plan.workspace_bytes, c.query);
     check_cuda(kOp, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                               ptr_or_null(c.query_lengths),
                                               ptr_or_null(c.ref_lengths), workspace_ptr(workspace),
@@ -161,14 +163,14 @@ std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cuda(
     const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
     check_cuda(kOpDist2, pcops_ball_query_cuda_plan_make(dtype, c.B, c.M, c.N, c.radius2,
                                                          c.nsample, PCOPS_BALL_QUERY_AUTO, &plan));
-    at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
+    at::Tensor workspace = workspace_tensor(kOpDist2, plan.workspace_bytes, c.query);
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     check_cuda(kOpDist2, pcops_ball_query_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                                    ptr_or_null(c.query_lengths),
                                                    ptr_or_null(c.ref_lengths),
                                                    workspace_ptr(workspace), c.idx.data_ptr<int64_t>(),
                                                    c.count.data_ptr<int64_t>(), stream));
-    at::Tensor dist2 = at::empty(c.idx.sizes(), c.query.options());
+    at::Tensor dist2 = allocate(kOpDist2, "nsample", c.idx.sizes(), c.query.options());
     check_cuda(kOpDist2, pcops_neighbor_dist2_count_cuda(
                              dtype, c.query.data_ptr(), c.ref.data_ptr(),
                              c.idx.data_ptr<int64_t>(), c.count.data_ptr<int64_t>(), c.B, c.M,

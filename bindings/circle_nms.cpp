@@ -59,10 +59,10 @@ NmsInputs prepare(const char* op, const at::Tensor& centers, const at::Tensor& s
         check_index_tensor(op, "groups", g, 1, "[N]");
         check_size(op, "groups", g, 0, c.N, "the number of boxes N of 'centers'");
         check_same_device(op, "groups", g, "centers", centers);
-        c.groups = g.contiguous();
+        c.groups = contiguous(op, "groups", g);
     }
-    c.centers = to_compute_dtype(centers);
-    c.scores = to_compute_dtype(scores);
+    c.centers = to_compute_dtype(op, "centers", centers);
+    c.scores = to_compute_dtype(op, "scores", scores);
     return c;
 }
 
@@ -78,11 +78,11 @@ struct NmsCpuResult {
 NmsCpuResult run_cpu(const char* op, const NmsInputs& c, bool want_mask, bool want_idx) {
     NmsCpuResult r;
     const auto opts = c.centers.options();
-    if (want_mask) r.keep_mask = at::empty({c.N}, opts.dtype(at::kBool));
-    if (want_idx) r.keep_idx = at::empty({c.N}, opts.dtype(at::kLong));
+    if (want_mask) r.keep_mask = allocate(op, "centers", {c.N}, opts.dtype(at::kBool));
+    if (want_idx) r.keep_idx = allocate(op, "centers", {c.N}, opts.dtype(at::kLong));
     pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
-    at::Tensor workspace = at::empty({(int64_t)pcops_circle_nms_workspace_bytes(dtype, c.N)},
-                                     opts.dtype(at::kByte));
+    const int64_t workspace_bytes = (int64_t)pcops_circle_nms_workspace_bytes(dtype, c.N);
+    at::Tensor workspace = allocate(op, nullptr, {workspace_bytes}, opts.dtype(at::kByte));
     check_status(op, pcops_circle_nms_cpu(
                          dtype, c.centers.data_ptr(), c.D,
                          to_pcops_dtype(c.scores.scalar_type()), c.scores.data_ptr(),
@@ -168,18 +168,19 @@ constexpr size_t kSharedWorkspaceMax = 64 * 1024;
 // The output (N elements of `dtype`) in `out` and the workspace (every path but 1 and 4): ONE
 // allocation when the workspace is small (it starts at the first 256-byte boundary past the
 // output, whose size is then set to N), else its own in `ws`. Returns the workspace (or null).
-void* output_and_workspace(at::Tensor& out, at::Tensor& ws, const NmsInputs& c,
+void* output_and_workspace(const char* op, at::Tensor& out, at::Tensor& ws, const NmsInputs& c,
                            at::ScalarType dtype, size_t workspace_bytes) {
     const auto opts = c.centers.options();
     if (workspace_bytes == 0 || workspace_bytes > kSharedWorkspaceMax) {
-        out = at::empty({c.N}, opts.dtype(dtype));
+        out = allocate(op, "centers", {c.N}, opts.dtype(dtype));
         if (workspace_bytes == 0) return nullptr;
-        ws = at::empty({(int64_t)workspace_bytes}, opts.dtype(at::kByte));
+        ws = allocate(op, nullptr, {(int64_t)workspace_bytes}, opts.dtype(at::kByte));
         return ws.data_ptr();
     }
     const int64_t elem = (int64_t)c10::elementSize(dtype);
     const int64_t offset = (c.N * elem + 255) / 256 * 256;
-    out = at::empty({(offset + (int64_t)workspace_bytes + elem - 1) / elem}, opts.dtype(dtype));
+    out = allocate(op, "centers", {(offset + (int64_t)workspace_bytes + elem - 1) / elem},
+                   opts.dtype(dtype));
     out.unsafeGetTensorImpl()->set_sizes_contiguous({c.N});  // no view, no dispatch
     return (char*)out.data_ptr() + offset;
 }
@@ -248,7 +249,8 @@ at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, 
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
     at::Tensor out, ws;
-    void* workspace = output_and_workspace(out, ws, c, at::kLong, cuda_workspace_bytes(op, c, 0));
+    void* workspace =
+        output_and_workspace(op, out, ws, c, at::kLong, cuda_workspace_bytes(op, c, 0));
     if (c.N == 0) return out;
     const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -274,7 +276,7 @@ at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& sco
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
     at::Tensor keep_mask, ws;
     void* workspace =
-        output_and_workspace(keep_mask, ws, c, at::kBool, cuda_workspace_bytes(op, c, 0));
+        output_and_workspace(op, keep_mask, ws, c, at::kBool, cuda_workspace_bytes(op, c, 0));
     launch_cuda(op, c, 0, workspace, keep_mask.data_ptr<bool>(), nullptr, nullptr);
     return keep_mask;
 }
@@ -287,12 +289,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_path_cuda(
     c10::cuda::CUDAGuard guard(centers.device());
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
     const auto opts = c.centers.options();
-    at::Tensor keep_mask = at::empty({c.N}, opts.dtype(at::kBool));
-    at::Tensor keep_idx = at::empty({c.N}, opts.dtype(at::kLong));
-    at::Tensor num_kept = at::empty({1}, opts.dtype(at::kLong));
+    at::Tensor keep_mask = allocate(op, "centers", {c.N}, opts.dtype(at::kBool));
+    at::Tensor keep_idx = allocate(op, "centers", {c.N}, opts.dtype(at::kLong));
+    at::Tensor num_kept = allocate(op, "centers", {1}, opts.dtype(at::kLong));
     const size_t bytes = cuda_workspace_bytes(op, c, path);
     at::Tensor workspace;
-    if (bytes > 0) workspace = at::empty({(int64_t)bytes}, opts.dtype(at::kByte));
+    if (bytes > 0) workspace = allocate(op, nullptr, {(int64_t)bytes}, opts.dtype(at::kByte));
     launch_cuda(op, c, path, bytes > 0 ? workspace.data_ptr() : nullptr,
                 keep_mask.data_ptr<bool>(), keep_idx.data_ptr<int64_t>(),
                 num_kept.data_ptr<int64_t>());

@@ -1,6 +1,8 @@
 // fps.cpp -- binding of furthest_point_sample: shape/dtype/device/size checks, allocation,
-// dispatch to kernels/fps.*. No device reads: `start` is taken modulo lengths[b] by the kernels
-// (pcops/fps.py checks its values exactly on the CPU and draws the random start).
+// dispatch to kernels/fps.*. The values of `start` are checked exactly where that is free (on the
+// CPU; on CUDA in debug mode): start[b] in [0, lengths[b]). Unchecked, on CUDA, the kernels take
+// start modulo lengths[b], so no device read is needed (pcops/fps.py draws random_start=True
+// within the lengths, on the device).
 #include <torch/library.h>
 
 #include <climits>
@@ -15,7 +17,7 @@ constexpr const char* kOp = "furthest_point_sample";
 // The coverage curve in the dtype of xyz (computed in float32 for half types): no dispatch when
 // it already is.
 at::Tensor dist2_in_input_dtype(const at::Tensor& dist2, const at::Tensor& xyz) {
-    return dist2.scalar_type() == xyz.scalar_type() ? dist2 : dist2.to(xyz.scalar_type());
+    return to_dtype(kOp, "npoint", dist2, xyz.scalar_type());
 }
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
@@ -32,8 +34,27 @@ struct FpsCall {
 // cannot fit in the device's memory (npoint = 2**40, say), checked before allocating.
 void allocate_outputs(FpsCall& c, const at::Tensor& like) {
     check_output_elements(kOp, "npoint", {c.B, c.npoint}, 8 + c.xyz.element_size(), like);
-    c.idx = at::empty({c.B, c.npoint}, like.options().dtype(at::kLong));
-    c.dist2 = at::empty({c.B, c.npoint}, c.xyz.options());
+    c.idx = allocate(kOp, "npoint", {c.B, c.npoint}, like.options().dtype(at::kLong));
+    c.dist2 = allocate(kOp, "npoint", {c.B, c.npoint}, c.xyz.options());
+}
+
+// start[b] in [0, lengths[b]) for every cloud with points (lengths[b] = N without lengths),
+// when check_values_now: always on the CPU, on CUDA in debug mode (a copy to the host). The
+// lengths are checked before (values in [0, N]).
+void check_start_values(const FpsCall& c) {
+    const at::Tensor& start = *c.start;
+    if (c.B == 0 || !check_values_now(start)) return;
+    const at::Tensor s = start.cpu();
+    const at::Tensor lengths = c.lengths ? c.lengths->cpu() : at::Tensor();
+    const int64_t* sp = s.data_ptr<int64_t>();
+    const int64_t* lp = lengths.defined() ? lengths.data_ptr<int64_t>() : nullptr;
+    for (int64_t b = 0; b < c.B; ++b) {
+        const int64_t length = lp ? lp[b] : c.N;
+        TORCH_CHECK_VALUE(length <= 0 || (sp[b] >= 0 && sp[b] < length), "pcops.", kOp,
+                          ": argument 'start' must hold, for each b, a value in [0, lengths[b]) "
+                          "(lengths[b] = N = ", c.N, " without 'lengths'), got start[", b,
+                          "] = ", sp[b], " with lengths[", b, "] = ", length);
+    }
 }
 
 FpsCall prepare(const at::Tensor& xyz, int64_t npoint, const std::optional<at::Tensor>& lengths,
@@ -45,15 +66,16 @@ FpsCall prepare(const at::Tensor& xyz, int64_t npoint, const std::optional<at::T
     c.N = xyz.size(1);
     c.npoint = npoint;
     check_points_per_cloud(kOp, "xyz", c.N, "N");  // before any contiguous copy
-    c.lengths = check_lengths(kOp, "lengths", lengths, c.B, c.N, xyz);
+    c.lengths = check_lengths(kOp, "lengths", lengths, c.B, c.N, xyz, "xyz");
     if (start.has_value() && start->defined()) {
         const at::Tensor& s = *start;
         check_index_tensor(kOp, "start", s, 1, "[B]");
         check_size(kOp, "start", s, 0, c.B, "the batch size B of 'xyz'");
         check_same_device(kOp, "start", s, "xyz", xyz);
-        c.start = s.contiguous();
+        c.start = contiguous(kOp, "start", s);
+        check_start_values(c);
     }
-    c.xyz = to_compute_dtype(xyz);
+    c.xyz = to_compute_dtype(kOp, "xyz", xyz);
     allocate_outputs(c, xyz);
     return c;
 }
@@ -71,8 +93,9 @@ std::tuple<at::Tensor, at::Tensor> fps_cpu(const at::Tensor& xyz, int64_t npoint
     const char* forced = path == PCOPS_FPS_AUTO
                              ? nullptr
                              : check_path(kPathOp, "furthest_point_sample", path, false, dtype);
-    at::Tensor workspace = at::empty(
-        {(int64_t)pcops_fps_workspace_bytes(dtype, c.B, c.N)}, c.xyz.options().dtype(at::kByte));
+    const int64_t workspace_bytes = (int64_t)pcops_fps_workspace_bytes(dtype, c.B, c.N);
+    at::Tensor workspace =
+        allocate(kOp, nullptr, {workspace_bytes}, c.xyz.options().dtype(at::kByte));
     const pcops_status status = pcops_fps_cpu_path(
         dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths), ptr_or_null(c.start), c.B, c.N,
         c.npoint, workspace.data_ptr(), c.idx.data_ptr<int64_t>(), c.dist2.data_ptr(), (int)path);
@@ -108,7 +131,7 @@ std::tuple<at::Tensor, at::Tensor> fps_cuda(const at::Tensor& xyz, int64_t npoin
                                                  std::to_string(c.N) + ", npoint = " +
                                                  std::to_string(c.npoint));
     check_cuda(kOp, err);
-    at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.xyz);
+    at::Tensor workspace = workspace_tensor(kOp, plan.workspace_bytes, c.xyz);
     check_cuda(kOp, pcops_fps_cuda_run(&plan, dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
                                        ptr_or_null(c.start), c.B, c.N, c.npoint,
                                        workspace_ptr(workspace), c.idx.data_ptr<int64_t>(),

@@ -32,15 +32,16 @@ Layout prepare(const at::Tensor& batch, double ratio, at::ScalarType dtype, int6
                       c10::toString(dtype));
     *code = to_pcops_dtype(dtype);
     const int64_t N = batch.size(0);
-    return {at::empty({PCOPS_FPS_LAYOUT_STATS}, batch.options()), at::empty({N}, batch.options()),
-            at::empty({N}, batch.options())};
+    return {allocate(kOp, "batch", {PCOPS_FPS_LAYOUT_STATS}, batch.options()),
+            allocate(kOp, "batch", {N}, batch.options()),
+            allocate(kOp, "batch", {N}, batch.options())};
 }
 
 Layout fps_layout_cpu(const at::Tensor& batch, double ratio, at::ScalarType dtype,
                       int64_t batch_size) {
     pcops_dtype code;
     Layout out = prepare(batch, ratio, dtype, batch_size, &code);
-    const at::Tensor b = batch.contiguous();
+    const at::Tensor b = contiguous(kOp, "batch", batch);
     check_status(kOp, pcops_fps_layout_cpu(b.data_ptr<int64_t>(), b.size(0), ratio, code,
                                            batch_size, std::get<0>(out).data_ptr<int64_t>(),
                                            std::get<1>(out).data_ptr<int64_t>(),
@@ -58,7 +59,7 @@ Layout fps_layout_cuda(const at::Tensor& batch, double ratio, at::ScalarType dty
     TORCH_CHECK_VALUE(batch.size(0) <= INT32_MAX, "pcops.", kOp,
                       ": argument 'batch' may hold at most 2**31 - 1 points on CUDA, got ",
                       describe(batch));
-    const at::Tensor b = batch.contiguous();
+    const at::Tensor b = contiguous(kOp, "batch", batch);
     check_cuda(kOp, pcops_fps_layout_cuda(b.data_ptr<int64_t>(), b.size(0), ratio, code,
                                           batch_size, std::get<0>(out).data_ptr<int64_t>(),
                                           std::get<1>(out).data_ptr<int64_t>(),

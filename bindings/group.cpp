@@ -30,9 +30,9 @@ GroupCall prepare_group(const at::Tensor& features, const at::Tensor& idx) {
     check_size(kGroup, "idx", idx, 0, c.B, "the batch size B of 'features'");
     check_output_elements(kGroup, "idx", {c.B, c.M, c.S, c.C}, features.element_size(), features);
     check_index_values(kGroup, "idx", idx, -1, c.N, "[-1, N)");  // CPU; CUDA in debug mode
-    c.features = features.contiguous();
-    c.idx = idx.contiguous();
-    c.out = at::empty({c.B, c.M, c.S, c.C}, features.options());
+    c.features = contiguous(kGroup, "features", features);
+    c.idx = contiguous(kGroup, "idx", idx);
+    c.out = allocate(kGroup, "idx", {c.B, c.M, c.S, c.C}, features.options());
     return c;
 }
 
@@ -64,9 +64,9 @@ BackwardCall prepare_backward(const at::Tensor& grad_out, const at::Tensor& idx,
     c.S = grad_out.size(2);
     c.C = grad_out.size(3);
     c.N = num_points;
-    c.grad_out = grad_out.contiguous();
-    c.idx = idx.contiguous();
-    c.grad_features = at::empty({c.B, c.N, c.C}, grad_out.options());
+    c.grad_out = contiguous(kBackward, "grad_out", grad_out);
+    c.idx = contiguous(kBackward, "idx", idx);
+    c.grad_features = allocate(kBackward, "num_points", {c.B, c.N, c.C}, grad_out.options());
     return c;
 }
 
@@ -83,9 +83,10 @@ at::Tensor group_backward_cpu(const at::Tensor& grad_out, const at::Tensor& idx,
                               int64_t num_points) {
     BackwardCall c = prepare_backward(grad_out, idx, num_points);
     const pcops_dtype dtype = to_pcops_dtype(c.grad_out.scalar_type());
-    at::Tensor workspace = at::empty(
-        {(int64_t)pcops_group_backward_cpu_workspace_bytes(dtype, c.B, c.N, c.C)},
-        c.grad_out.options().dtype(at::kByte));
+    const int64_t workspace_bytes =
+        (int64_t)pcops_group_backward_cpu_workspace_bytes(dtype, c.B, c.N, c.C);
+    at::Tensor workspace =
+        allocate(kBackward, nullptr, {workspace_bytes}, c.grad_out.options().dtype(at::kByte));
     check_status(kBackward, pcops_group_backward_cpu(dtype, c.grad_out.data_ptr(),
                                                      c.idx.data_ptr(), to_index_dtype(c.idx),
                                                      c.B, c.N, c.C, c.M, c.S,
@@ -115,7 +116,8 @@ at::Tensor group_backward_cuda(const at::Tensor& grad_out, const at::Tensor& idx
     const size_t bytes = pcops_group_backward_cuda_workspace_bytes(c.B, c.N, c.M, c.S);
     const int64_t workspace_bytes = bytes > (size_t)INT64_MAX ? INT64_MAX : (int64_t)bytes;
     check_output_elements(kBackward, "idx", {workspace_bytes}, 1, grad_out);  // sort scratch
-    at::Tensor workspace = at::empty({workspace_bytes}, c.grad_out.options().dtype(at::kByte));
+    at::Tensor workspace =
+        allocate(kBackward, nullptr, {workspace_bytes}, c.grad_out.options().dtype(at::kByte));
     check_cuda(kBackward,
                pcops_group_backward_cuda(to_pcops_dtype(c.grad_out.scalar_type()),
                                          c.grad_out.data_ptr(), c.idx.data_ptr(),

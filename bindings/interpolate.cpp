@@ -40,16 +40,15 @@ InterpolateCall prepare(const at::Tensor& features, const at::Tensor& idx,
     check_size(kOp, "weight", weight, 2, c.K, "K, dimension 2 of 'idx'");
     check_output_elements(kOp, "idx", {c.B, c.M, c.C}, features.element_size(), features);
     check_index_values(kOp, "idx", idx, -1, c.N, "[-1, N)");  // CPU; CUDA in debug mode
-    c.features = to_compute_dtype(features);
-    c.weight = to_compute_dtype(weight);
-    c.idx = idx.contiguous();
-    c.out = at::empty({c.B, c.M, c.C}, c.features.options());
+    c.features = to_compute_dtype(kOp, "features", features);
+    c.weight = to_compute_dtype(kOp, "weight", weight);
+    c.idx = contiguous(kOp, "idx", idx);
+    c.out = allocate(kOp, "idx", {c.B, c.M, c.C}, c.features.options());
     return c;
 }
 
 at::Tensor finish(const InterpolateCall& c, const at::Tensor& features) {
-    return c.out.scalar_type() == features.scalar_type() ? c.out
-                                                         : c.out.to(features.scalar_type());
+    return to_dtype(kOp, "idx", c.out, features.scalar_type());
 }
 
 at::Tensor interpolate_cpu(const at::Tensor& features, const at::Tensor& idx,

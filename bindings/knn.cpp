@@ -43,8 +43,8 @@ KnnCall prepare(const at::Tensor& query, const at::Tensor& ref, int64_t k,
     c.ref_lengths = q.ref_lengths;
     c.query = q.query;
     c.ref = q.ref;
-    c.dist2 = at::empty({c.B, c.M, k}, c.query.options());
-    c.idx = at::empty({c.B, c.M, k}, query.options().dtype(at::kLong));
+    c.dist2 = allocate(kOp, "k", {c.B, c.M, k}, c.query.options());
+    c.idx = allocate(kOp, "k", {c.B, c.M, k}, query.options().dtype(at::kLong));
     return c;
 }
 
@@ -58,9 +58,10 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Te
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, false, dtype);
     const pcops_knn_path v = (pcops_knn_path)path;
-    at::Tensor workspace = at::empty(
-        {(int64_t)pcops_knn_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.k, v)},
-        c.query.options().dtype(at::kByte));
+    const int64_t workspace_bytes =
+        (int64_t)pcops_knn_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.k, v);
+    at::Tensor workspace =
+        allocate(kOp, nullptr, {workspace_bytes}, c.query.options().dtype(at::kByte));
     const pcops_status status = pcops_knn_cpu_path(
         dtype, c.query.data_ptr(), c.ref.data_ptr(), ptr_or_null(c.query_lengths),
         ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.k, v, workspace.data_ptr(),
@@ -68,7 +69,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Te
     if (status != PCOPS_SUCCESS && forced != nullptr)
         forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
     check_status(kOp, status);
-    return {c.dist2.to(query.scalar_type()), c.idx};
+    return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_cpu_auto(const at::Tensor& query, const at::Tensor& ref,
@@ -100,13 +101,13 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
     if (err != cudaSuccess && forced != nullptr)
         forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
     check_cuda(kOp, err);
-    at::Tensor workspace = workspace_tensor(plan.workspace_bytes, c.query);
+    at::Tensor workspace = workspace_tensor(kOp, plan.workspace_bytes, c.query);
     check_cuda(kOp, pcops_knn_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                        ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths),
                                        workspace_ptr(workspace), c.dist2.data_ptr(),
                                        c.idx.data_ptr<int64_t>(),
                                        at::cuda::getCurrentCUDAStream()));
-    return {c.dist2.to(query.scalar_type()), c.idx};
+    return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_cuda_auto(const at::Tensor& query, const at::Tensor& ref,

@@ -27,13 +27,13 @@ Dist2Call prepare(const at::Tensor& query, const at::Tensor& ref, const at::Tens
     check_size(kOp, "idx", idx, 1, c.q.M, "M, dimension 1 of 'query'");
     c.S = idx.size(2);
     check_output_elements(kOp, "idx", {c.q.B, c.q.M, c.S}, query.element_size(), query);
-    c.idx = idx.contiguous();
-    c.out = at::empty({c.q.B, c.q.M, c.S}, c.q.query.options());
+    c.idx = contiguous(kOp, "idx", idx);
+    c.out = allocate(kOp, "idx", {c.q.B, c.q.M, c.S}, c.q.query.options());
     return c;
 }
 
 at::Tensor finish(const Dist2Call& c, const at::Tensor& query) {
-    return c.out.scalar_type() == query.scalar_type() ? c.out : c.out.to(query.scalar_type());
+    return to_dtype(kOp, "idx", c.out, query.scalar_type());
 }
 
 at::Tensor neighbor_dist2_cpu(const at::Tensor& query, const at::Tensor& ref,

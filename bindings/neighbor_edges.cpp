@@ -27,7 +27,7 @@ std::optional<at::Tensor> check_optional(const std::optional<at::Tensor>& t, con
     for (int64_t d = 0; d < rank; ++d)
         check_size(kOp, name, *t, d, idx.size(d),
                    d == 0 ? "the batch size B of 'idx'" : "M, dimension 1 of 'idx'");
-    return t->contiguous();
+    return contiguous(kOp, name, *t);
 }
 
 // Values need no check: count, offsets and idx only decide which slots are edges and the
@@ -43,7 +43,7 @@ EdgesCall prepare(const at::Tensor& idx, int64_t num_ref, const std::optional<at
     c.M = idx.size(1);
     c.S = idx.size(2);
     c.N = num_ref;
-    c.idx = idx.contiguous();
+    c.idx = contiguous(kOp, "idx", idx);
     c.count = check_optional(count, "count", idx, 2, "[B, M]");
     c.row_offset = check_optional(row_offset, "row_offset", idx, 1, "[B]");
     c.col_offset = check_optional(col_offset, "col_offset", idx, 1, "[B]");
@@ -56,12 +56,12 @@ at::Tensor neighbor_edges_cpu(const at::Tensor& idx, int64_t num_ref,
                               const std::optional<at::Tensor>& col_offset) {
     EdgesCall c = prepare(idx, num_ref, count, row_offset, col_offset);
     const int64_t R = c.B * c.M;
-    at::Tensor ends = at::empty({R}, c.idx.options());
+    at::Tensor ends = allocate(kOp, "idx", {R}, c.idx.options());
     check_status(kOp, pcops_neighbor_edges_count_cpu(c.idx.data_ptr<int64_t>(),
                                                      ptr_or_null(c.count), c.B, c.M, c.N, c.S,
                                                      ends.data_ptr<int64_t>()));
     const int64_t E = R > 0 ? ends.data_ptr<int64_t>()[R - 1] : 0;
-    at::Tensor edges = at::empty({2, E}, c.idx.options());
+    at::Tensor edges = allocate(kOp, "idx", {2, E}, c.idx.options());
     check_status(kOp, pcops_neighbor_edges_write_cpu(
                           c.idx.data_ptr<int64_t>(), ptr_or_null(c.count),
                           ptr_or_null(c.row_offset), ptr_or_null(c.col_offset), c.B, c.M, c.N,
@@ -82,10 +82,10 @@ at::Tensor neighbor_edges_cuda(const at::Tensor& idx, int64_t num_ref,
                       "rows B*M on CUDA, got ", describe(idx));
     if (R == 0) return at::empty({2, 0}, c.idx.options());
     cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-    at::Tensor ends = at::empty({R}, c.idx.options());
+    at::Tensor ends = allocate(kOp, "idx", {R}, c.idx.options());
     at::Tensor workspace =
-        at::empty({(int64_t)pcops_neighbor_edges_cuda_workspace_bytes(c.B, c.M)},
-                  c.idx.options().dtype(at::kByte));
+        allocate(kOp, nullptr, {(int64_t)pcops_neighbor_edges_cuda_workspace_bytes(c.B, c.M)},
+                 c.idx.options().dtype(at::kByte));
     check_cuda(kOp, pcops_neighbor_edges_count_cuda(c.idx.data_ptr<int64_t>(),
                                                     ptr_or_null(c.count), c.B, c.M, c.N, c.S,
                                                     workspace.data_ptr(),
@@ -94,7 +94,7 @@ at::Tensor neighbor_edges_cuda(const at::Tensor& idx, int64_t num_ref,
     int64_t E = 0;
     c10::cuda::memcpy_and_sync(&E, ends.data_ptr<int64_t>() + R - 1, sizeof(int64_t),
                                cudaMemcpyDeviceToHost, stream);
-    at::Tensor edges = at::empty({2, E}, c.idx.options());
+    at::Tensor edges = allocate(kOp, "idx", {2, E}, c.idx.options());
     check_cuda(kOp, pcops_neighbor_edges_write_cuda(
                         c.idx.data_ptr<int64_t>(), ptr_or_null(c.count),
                         ptr_or_null(c.row_offset), ptr_or_null(c.col_offset), c.B, c.M, c.N,

@@ -26,10 +26,10 @@ PyObject* PyInit__C(void) {
 
 TORCH_LIBRARY(pcops, m) {
     // xyz[B,N,3] -> idx[B,npoint] int64, dist2[B,npoint] (xyz's dtype). Greedy FPS from
-    // start[b] mod lengths[b] (default 0; pcops.furthest_point_sample checks start on the CPU
-    // and draws random_start=True on the device); dist2[b,j] is the coverage radius (squared)
-    // when sample j was chosen, 0 for sample 0. Slots past min(npoint, lengths[b]) hold idx -1
-    // and dist2 0.
+    // start[b] (default 0), which must lie in [0, lengths[b]): checked on the CPU (on CUDA in
+    // debug mode; unchecked, it is taken mod lengths[b]); pcops.furthest_point_sample draws
+    // random_start=True on the device. dist2[b,j] is the coverage radius (squared) when sample j
+    // was chosen, 0 for sample 0. Slots past min(npoint, lengths[b]) hold idx -1 and dist2 0.
     m.def(
         "furthest_point_sample(Tensor xyz, int npoint, Tensor? lengths=None, Tensor? start=None) "
         "-> (Tensor idx, Tensor dist2)");

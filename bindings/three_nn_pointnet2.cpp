@@ -34,9 +34,9 @@ ThreeNnCall prepare(const at::Tensor& unknown, const at::Tensor& known) {
     check_output_elements(kOp, "unknown", {c.q.B, c.q.M, kK}, c.q.query.element_size() + 8 + 4,
                           unknown);
     c.dtype = to_pcops_dtype(c.q.query.scalar_type());
-    c.dist = at::empty({c.q.B, c.q.M, kK}, c.q.query.options());
-    c.idx64 = at::empty({c.q.B, c.q.M, kK}, unknown.options().dtype(at::kLong));
-    c.idx = at::empty({c.q.B, c.q.M, kK}, unknown.options().dtype(at::kInt));
+    c.dist = allocate(kOp, "unknown", {c.q.B, c.q.M, kK}, c.q.query.options());
+    c.idx64 = allocate(kOp, "unknown", {c.q.B, c.q.M, kK}, unknown.options().dtype(at::kLong));
+    c.idx = allocate(kOp, "unknown", {c.q.B, c.q.M, kK}, unknown.options().dtype(at::kInt));
     return c;
 }
 
@@ -44,14 +44,14 @@ ThreeNnCall prepare(const at::Tensor& unknown, const at::Tensor& known) {
 // most calls (one allocation fewer).
 at::Tensor allocate_workspace(size_t bytes, const at::Tensor& like) {
     if (bytes == 0) return at::Tensor();
-    return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
+    return allocate(kOp, nullptr, {(int64_t)bytes}, like.options().dtype(at::kByte));
 }
 
 void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 std::tuple<at::Tensor, at::Tensor> finish(const ThreeNnCall& c, const at::Tensor& unknown) {
     if (c.dist.scalar_type() == unknown.scalar_type()) return {c.dist, c.idx};
-    return {c.dist.to(unknown.scalar_type()), c.idx};
+    return {to_dtype(kOp, "unknown", c.dist, unknown.scalar_type()), c.idx};
 }
 
 std::tuple<at::Tensor, at::Tensor> three_nn_pointnet2_cpu(const at::Tensor& unknown,

@@ -99,7 +99,12 @@ bool check_values_now(const at::Tensor& t) {
 }
 
 std::pair<int64_t, int64_t> value_range(const at::Tensor& t) {
-    auto mm = at::aminmax(t);
+    // An expanded input (stride 0) repeats its values: reduce one copy of them, since aminmax
+    // would first materialise the expansion (2**40 elements of an expanded idx cost no memory).
+    at::Tensor values = t;
+    for (int64_t d = 0; d < values.dim(); ++d)
+        if (values.stride(d) == 0 && values.size(d) > 1) values = values.narrow(d, 0, 1);
+    auto mm = at::aminmax(values);
     at::Tensor both = at::stack({std::get<0>(mm), std::get<1>(mm)}).to(at::kLong).cpu();
     const int64_t* p = both.data_ptr<int64_t>();
     return {p[0], p[1]};
@@ -175,35 +180,85 @@ QueryRef check_query_ref(const char* op, const at::Tensor& query, const at::Tens
     q.N = ref.size(1);
     check_points_per_cloud(op, query_name, q.M, "M");
     check_points_per_cloud(op, ref_name, q.N, "N");
-    q.query_lengths = check_lengths(op, "query_lengths", query_lengths, q.B, q.M, query, "M");
-    q.ref_lengths = check_lengths(op, "ref_lengths", ref_lengths, q.B, q.N, query);
-    q.query = to_compute_dtype(query);
-    q.ref = to_compute_dtype(ref);
+    q.query_lengths =
+        check_lengths(op, "query_lengths", query_lengths, q.B, q.M, query, query_name, "M");
+    q.ref_lengths = check_lengths(op, "ref_lengths", ref_lengths, q.B, q.N, query, query_name);
+    q.query = to_compute_dtype(op, query_name, query);
+    q.ref = to_compute_dtype(op, ref_name, ref);
     return q;
 }
 
 std::optional<at::Tensor> check_lengths(const char* op, const char* name,
                                         const std::optional<at::Tensor>& lengths, int64_t B,
                                         int64_t N, const at::Tensor& like,
-                                        const char* bound_name) {
+                                        const char* like_name, const char* bound_name) {
     if (!lengths.has_value() || !lengths->defined()) return std::nullopt;
     const at::Tensor& t = *lengths;
     check_index_tensor(op, name, t, 1, "[B]");
     check_size(op, name, t, 0, B, "the batch size B");
-    check_same_device(op, name, t, "the points", like);
+    check_same_device(op, name, t, like_name, like);
     if (B > 0 && check_values_now(t)) {
         auto [lo, hi] = value_range(t);
         TORCH_CHECK_VALUE(lo >= 0 && hi <= N, "pcops.", op, ": argument '", name,
                           "' must hold values in [0, ", bound_name, "] = [0, ", N,
                           "], got values in [", lo, ", ", hi, "]");
     }
-    return t.contiguous();
+    return contiguous(op, name, t);
 }
 
-at::Tensor to_compute_dtype(const at::Tensor& t) {
-    if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16)
-        return t.to(at::kFloat).contiguous();
-    return t.contiguous();
+// The allocator refused `sizes` of `type` on `device` for `what` ("a tensor for argument 'k'").
+[[noreturn]] static void allocation_failed(const char* op, const std::string& what,
+                                           at::IntArrayRef sizes, at::ScalarType type,
+                                           const at::Device& device, const char* reason) {
+    double elements = 1;
+    for (int64_t s : sizes) elements *= (double)s;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "pcops.", op, ": out of memory: cannot allocate ",
+                     what, " (", shape_string(sizes), ", ", c10::toString(type), ", ",
+                     bytes_string(elements * (double)c10::elementSize(type)), ") on ", device,
+                     " (", reason, ")");
+    TORCH_INTERNAL_ASSERT(false);
+}
+
+at::Tensor allocate(const char* op, const char* name, at::IntArrayRef sizes,
+                    const at::TensorOptions& options) {
+    try {
+        return at::empty(sizes, options);
+    } catch (const c10::Error& e) {
+        allocation_failed(op, name ? std::string("a tensor for argument '") + name + "'"
+                                   : std::string("a workspace"), sizes,
+                          c10::typeMetaToScalarType(options.dtype()), options.device(),
+                          e.what_without_backtrace());
+    }
+}
+
+// `t` converted to `type` and made contiguous (argument `name` when `input`, else a result
+// sized by argument `name`).
+static at::Tensor copy_as(const char* op, const char* name, const at::Tensor& t,
+                          at::ScalarType type, bool input) {
+    try {
+        return (t.scalar_type() == type ? t : t.to(type)).contiguous();
+    } catch (const c10::Error& e) {
+        const std::string what = input ? std::string("a contiguous ") + c10::toString(type) +
+                                             " copy of argument '" + name + "'"
+                                       : std::string("a tensor for argument '") + name + "'";
+        allocation_failed(op, what, t.sizes(), type, t.device(), e.what_without_backtrace());
+    }
+}
+
+at::Tensor contiguous(const char* op, const char* name, const at::Tensor& t) {
+    if (t.is_contiguous()) return t;
+    return copy_as(op, name, t, t.scalar_type(), true);
+}
+
+at::Tensor to_compute_dtype(const char* op, const char* name, const at::Tensor& t) {
+    const auto type = t.scalar_type();
+    if (type == at::kHalf || type == at::kBFloat16) return copy_as(op, name, t, at::kFloat, true);
+    return contiguous(op, name, t);
+}
+
+at::Tensor to_dtype(const char* op, const char* name, const at::Tensor& t, at::ScalarType type) {
+    if (t.scalar_type() == type) return t;
+    return copy_as(op, name, t, type, false);
 }
 
 pcops_dtype to_pcops_dtype(at::ScalarType type) {

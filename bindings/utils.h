@@ -55,13 +55,13 @@ void check_positive(const char* op, const char* name, int64_t value);
 // A radius is finite and > 0.
 void check_radius(const char* op, const char* name, double radius);
 
-// Optional per-batch lengths: int64 [B] on the device of `like`, values in [0, N]
-// (values checked when check_values_now(like)). Returns the contiguous tensor or nullopt.
-// `bound_name` names the upper bound in the message ("N"; "M" for query lengths).
+// Optional per-batch lengths: int64 [B] on the device of `like` (the argument `like_name`),
+// values in [0, N] (values checked when check_values_now(like)). Returns the contiguous tensor
+// or nullopt. `bound_name` names the upper bound in the message ("N"; "M" for query lengths).
 std::optional<at::Tensor> check_lengths(const char* op, const char* name,
                                         const std::optional<at::Tensor>& lengths, int64_t B,
                                         int64_t N, const at::Tensor& like,
-                                        const char* bound_name = "N");
+                                        const char* like_name, const char* bound_name = "N");
 
 // ---- Value checks: exact on the CPU, opt-in on CUDA ------------------------------------
 // Bindings check shapes, dtypes, devices and sizes, which costs no device read. The VALUES of
@@ -122,9 +122,26 @@ QueryRef check_query_ref(const char* op, const at::Tensor& query, const at::Tens
                          const std::optional<at::Tensor>& ref_lengths,
                          const char* query_name = "query", const char* ref_name = "ref");
 
-// Contiguous copy (or view) in the dtype the kernels compute in: float32 for float16/bfloat16,
-// the dtype itself for float32/float64.
-at::Tensor to_compute_dtype(const at::Tensor& t);
+// ---- Allocation: a failure names the op and the argument -----------------------------------
+// Every allocation of a binding goes through these: when the allocator refuses (the CPU
+// allocator's or the CUDA caching allocator's error), the call raises torch.OutOfMemoryError
+// naming the op, the argument, the shape, the dtype and the bytes, with the allocator's own
+// message after them (inputs expanded to a huge shape cost no memory until a copy is made).
+
+// at::empty(sizes, options) for an output or a buffer sized by argument `name` (nullptr: a
+// workspace, sized by the inputs together).
+at::Tensor allocate(const char* op, const char* name, at::IntArrayRef sizes,
+                    const at::TensorOptions& options);
+
+// `t` (argument `name`) contiguous: itself, or a copy.
+at::Tensor contiguous(const char* op, const char* name, const at::Tensor& t);
+
+// `t` (argument `name`) contiguous in the dtype the kernels compute in: float32 for
+// float16/bfloat16, the dtype itself for float32/float64 (a view when nothing changes).
+at::Tensor to_compute_dtype(const char* op, const char* name, const at::Tensor& t);
+
+// A result `t` in dtype `type` (itself when it has it): the copy is sized by argument `name`.
+at::Tensor to_dtype(const char* op, const char* name, const at::Tensor& t, at::ScalarType type);
 
 pcops_dtype to_pcops_dtype(at::ScalarType type);
 
@@ -133,11 +150,11 @@ inline const int64_t* ptr_or_null(const std::optional<at::Tensor>& t) {
     return t ? t->data_ptr<int64_t>() : nullptr;
 }
 
-// A plan's workspace of `bytes` on the device of `like`, or an undefined tensor (no allocation,
-// no allocator call) for 0 bytes; workspace_ptr gives its data or NULL.
-inline at::Tensor workspace_tensor(size_t bytes, const at::Tensor& like) {
+// A workspace of `bytes` on the device of `like`, or an undefined tensor (no allocation, no
+// allocator call) for 0 bytes; workspace_ptr gives its data or NULL.
+inline at::Tensor workspace_tensor(const char* op, size_t bytes, const at::Tensor& like) {
     if (bytes == 0) return at::Tensor();
-    return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
+    return allocate(op, nullptr, {(int64_t)bytes}, like.options().dtype(at::kByte));
 }
 inline void* workspace_ptr(const at::Tensor& workspace) {
     return workspace.defined() ? workspace.data_ptr() : nullptr;

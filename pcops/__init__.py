@@ -39,6 +39,16 @@ from . import preprocess  # noqa: E402  (a callable module: pcops.preprocess(clo
 from .preprocess import GraphedPreprocess, Preprocessed, preprocess_stream  # noqa: E402
 from .interpolate import interpolate, three_interpolate, three_nn  # noqa: E402
 from . import compat  # noqa: E402
+from . import _checks  # noqa: E402
+
+_checks.reject_other_layouts()  # sparse, quantized, nested: a TypeError naming op and argument
+for _name in ("ball_query", "ball_query_dist2", "circle_nms", "circle_nms_mask",
+              "furthest_point_sample", "group", "group_backward", "knn", "neighbor_dist2",
+              "neighbor_edges", "interpolate", "three_interpolate", "three_nn"):
+    # TorchScript cannot compile the wrappers: scripting one says what to use instead
+    _op = {"three_interpolate": "interpolate", "three_nn": "knn"}.get(_name, _name)
+    _checks.script_unsupported(globals()[_name], _op)
+del _name, _op
 
 __version__ = "0.1.0"
 WITH_CUDA: bool = _build_info.WITH_CUDA

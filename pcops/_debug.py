@@ -9,9 +9,10 @@ def set_debug_checks(enabled: bool) -> bool:
 
     pcops always checks shapes, dtypes, devices and sizes, which costs no device read. The
     *values* of index inputs -- ``idx`` of :func:`pcops.group` / :func:`pcops.group_backward`
-    in ``[-1, N)``, ``lengths`` in ``[0, N]`` -- are checked exactly on the CPU, always (FPS's
-    ``start`` is checked by :func:`pcops.furthest_point_sample` when it is a CPU tensor). On CUDA such a check reads the tensor back to the host, a synchronisation per
-    call, so by default it is skipped: the kernels still never read or write out of bounds
+    in ``[-1, N)``, ``lengths`` in ``[0, N]``, FPS's ``start`` in ``[0, lengths[b])`` -- are
+    checked exactly on the CPU, always, by the ops themselves (``torch.ops.pcops.*`` too). On
+    CUDA such a check reads the tensor back to the host, a synchronisation per call, so by
+    default it is skipped: the kernels still never read or write out of bounds
     (lengths are clamped to ``[0, N]``, ``start`` is taken modulo the cloud's length, gather
     indices outside ``[0, N)`` read as -1), and an eager training step runs without host
     syncs. With ``set_debug_checks(True)`` the CUDA calls check values too and raise the same

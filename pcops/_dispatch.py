@@ -1,26 +1,59 @@
-"""Calling an op without its Python autograd kernel when no gradient can flow.
+"""Calling an op without its Python autograd kernel when no gradient or tangent can flow.
 
 The ops with a differentiable output (knn, group, interpolate, neighbor_dist2,
-ball_query_dist2, ...) have their backward formulas registered in Python
-(``torch.library.register_autograd``): every call of such an op, with or without grad, enters
-that Python kernel, which checks the inputs and redispatches below autograd -- 5-20 us of
-host time, a third or more of the whole call on small clouds (inference, no_grad). The wrappers
-call :func:`call` instead, which redispatches below autograd itself when no gradient can flow,
-and goes through the registered formula otherwise (and under torch.compile, which traces it).
+ball_query_dist2, ...) have their derivatives in Python (``pcops/_autograd.py``): every call of
+such an op through the dispatcher enters that Python kernel, which checks the inputs and
+redispatches below autograd -- 5-20 us of host time, a third or more of the whole call on small
+clouds (inference, no_grad). The wrappers call :func:`call` instead, which redispatches below
+autograd itself when nothing can flow, and goes through the autograd kernel otherwise (and
+under torch.compile, which traces it).
 """
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad as _forward_ad
 
-_below_autograd = torch._C._AutoDispatchBelowAutograd
+from ._autograd import FUNCTIONS, _below_autograd, _transforms_active
+from ._checks import argument_error
+
 _is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 
 
 def call(op, grad_inputs, *args):
-    """``op(*args)``, skipping the autograd kernel when none of ``grad_inputs`` (the tensor
-    arguments a gradient can flow to) requires grad or grad mode is off. The result is the same
-    either way: outputs that do not require grad."""
-    if _is_compiling() or (torch.is_grad_enabled() and any(
-            isinstance(t, Tensor) and t.requires_grad for t in grad_inputs)):
+    """``op(*args)``, skipping all Python autograd code unless a gradient or a tangent can flow
+    to one of ``grad_inputs`` (the tensor arguments that are differentiable): then the op's
+    autograd.Function (pcops/_autograd.py) is applied. Something can flow when one of them
+    requires grad under grad mode, a forward-AD level is open, or a torch.func transform is
+    active (``pcops._autograd.tracked``, inlined: this is every inference call's path). The
+    result is the same bits either way. Under torch.compile the op itself is traced.
+
+    An argument torch cannot convert (an int beyond int64) raises an error naming the op and
+    the argument (:func:`pcops._checks.argument_error`; a try block costs nothing when nothing
+    is raised)."""
+    try:
+        if _is_compiling():
+            return op(*args)
+        if _transforms_active() or _forward_ad._current_level >= 0:
+            return FUNCTIONS[op].apply(*args)
+        if _grad_enabled():
+            for t in grad_inputs:
+                if isinstance(t, Tensor) and t.requires_grad:
+                    return FUNCTIONS[op].apply(*args)
+        with _below_autograd():
+            return op(*args)
+    except RuntimeError:
+        error = argument_error(op, args)
+        if error is None:
+            raise
+        raise error from None
+
+
+def call_plain(op, *args):
+    """``op(*args)`` for an op without derivatives, with :func:`call`'s messages."""
+    try:
         return op(*args)
-    with _below_autograd():
-        return op(*args)
+    except RuntimeError:
+        error = argument_error(op, args)
+        if error is None:
+            raise
+        raise error from None

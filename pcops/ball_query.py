@@ -5,7 +5,9 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ._dispatch import call as _call
+from . import _autograd, _checks
+from ._dispatch import call as _call, call_plain as _call_plain
+from .neighbor_dist2 import _dist2_backward, _dist2_tangent
 
 __all__ = ["ball_query", "ball_query_dist2"]
 
@@ -55,9 +57,8 @@ def ball_query(
         >>> idx, count = pcops.ball_query(centres, xyz, 0.2, 32, return_count=True)
         >>> grouped = pcops.group(xyz, idx) - centres[:, :, None]   # [2, 128, 32, 3]
     """
-    idx, count = torch.ops.pcops.ball_query.default(
-        query, ref, radius, nsample, query_lengths, ref_lengths
-    )
+    idx, count = _call_plain(torch.ops.pcops.ball_query.default, query, ref, radius, nsample,
+                             query_lengths, ref_lengths)
     return (idx, count) if return_count else idx
 
 
@@ -94,32 +95,54 @@ def ball_query_dist2(
 
 @torch.library.register_fake("pcops::ball_query_dist2")
 def _ball_query_dist2_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
-    idx, _ = _ball_query_fake(query, ref, radius, nsample, query_lengths, ref_lengths)
+    idx, _ = _ball_query_fake(query, ref, radius, nsample, query_lengths, ref_lengths,
+                              op="ball_query_dist2")
     return query.new_empty(idx.shape), idx
 
 
-def _ball_query_dist2_setup_context(ctx, inputs, output):
-    query, ref = inputs[0], inputs[1]
-    ctx.mark_non_differentiable(output[1])
-    if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-        ctx.save_for_backward(query, ref, output[1])
+class _BallQueryDist2(torch.autograd.Function):
+    """ball_query_dist2's derivatives: dist2 with respect to query and ref, neighbor_dist2's
+    formulas on the returned idx (-1 in the empty slots, whose dist2 is 0 and constant)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
+        with _autograd._below_autograd():
+            return torch.ops.pcops.ball_query_dist2.default(query, ref, radius, nsample,
+                                                            query_lengths, ref_lengths)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        query, ref = inputs[0], inputs[1]
+        ctx.mark_non_differentiable(output[1])
+        _autograd.save(ctx, "ball_query_dist2", query=query, ref=ref, idx=output[1])
+
+    @staticmethod
+    def backward(ctx, grad_dist2, _grad_idx):
+        need_query, need_ref = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if grad_dist2 is None or not (need_query or need_ref):
+            return None, None, None, None, None, None
+        query, ref, idx = ctx.saved_tensors
+        grad_query, grad_ref = _dist2_backward(query, ref, idx, idx >= 0, grad_dist2,
+                                               need_query, need_ref)
+        return grad_query, grad_ref, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, dquery, dref, *_):
+        query, ref, idx = ctx.saved_tensors
+        return _dist2_tangent(query, ref, idx, idx >= 0, dquery, dref), None
 
 
-def _ball_query_dist2_backward(ctx, grad_dist2, grad_idx):
-    """neighbor_dist2's formula on the returned idx."""
-    from .neighbor_dist2 import _neighbor_dist2_backward
-    grad_query, grad_ref, _ = _neighbor_dist2_backward(ctx, grad_dist2)
-    return grad_query, grad_ref, None, None, None, None
-
-
-torch.library.register_autograd(
-    "pcops::ball_query_dist2", _ball_query_dist2_backward,
-    setup_context=_ball_query_dist2_setup_context,
-)
+_autograd.register("ball_query_dist2", _BallQueryDist2, defaults=(None, None))
+_autograd.register_fold_vmap("ball_query_dist2", batched=(0, 1, 4, 5))
 
 
 @torch.library.register_fake("pcops::ball_query")
-def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None):
+def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_lengths=None, *,
+                     op="ball_query"):
+    _checks.check_devices(op, "query", query, ref=ref, query_lengths=query_lengths,
+                          ref_lengths=ref_lengths)
     torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref differ in B")
@@ -134,3 +157,7 @@ def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_length
 @torch.library.register_fake("pcops::_ball_query_path")
 def _ball_query_path_fake(query, ref, radius, nsample, query_lengths, ref_lengths, path):
     return _ball_query_fake(query, ref, radius, nsample, query_lengths, ref_lengths)
+
+
+_autograd.register_fold_vmap("ball_query", batched=(0, 1, 4, 5))
+_autograd.register_fold_vmap("_ball_query_path", batched=(0, 1, 4, 5))

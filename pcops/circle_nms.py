@@ -4,6 +4,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _autograd, _checks
+from ._dispatch import call_plain as _call_plain
+
 __all__ = ["circle_nms", "circle_nms_mask"]
 
 
@@ -67,7 +70,8 @@ def circle_nms(
         >>> len(keep) <= 83
         True
     """
-    return torch.ops.pcops.circle_nms.default(centers, scores, radius, max_out, groups)
+    return _call_plain(torch.ops.pcops.circle_nms.default, centers, scores, radius, max_out,
+                       groups)
 
 
 def circle_nms_mask(
@@ -104,10 +108,11 @@ def circle_nms_mask(
         >>> keep = pcops.circle_nms_mask(centers, scores, 1.0)          # [4096] bool
         >>> kept_scores = torch.where(keep, scores, 0.0)               # fixed shapes throughout
     """
-    return torch.ops.pcops.circle_nms_mask.default(centers, scores, radius, groups)
+    return _call_plain(torch.ops.pcops.circle_nms_mask.default, centers, scores, radius, groups)
 
 
-def _check_fake_args(centers, scores, groups):
+def _check_fake_args(op, centers, scores, groups):
+    _checks.check_devices(op, "centers", centers, scores=scores, groups=groups)
     torch._check(
         centers.dim() == 2 and centers.shape[1] in (2, 3),
         lambda: f"centers must be [N, 2] or [N, 3], got {tuple(centers.shape)}",
@@ -125,20 +130,20 @@ def _check_fake_args(centers, scores, groups):
 
 @torch.library.register_fake("pcops::circle_nms")
 def _circle_nms_fake(centers, scores, radius, max_out=-1, groups=None):
-    _check_fake_args(centers, scores, groups)
+    _check_fake_args("circle_nms", centers, scores, groups)
     K = torch.library.get_ctx().new_dynamic_size()
     return centers.new_empty((K,), dtype=torch.long)
 
 
 @torch.library.register_fake("pcops::circle_nms_mask")
 def _circle_nms_mask_fake(centers, scores, radius, groups=None):
-    _check_fake_args(centers, scores, groups)
+    _check_fake_args("circle_nms_mask", centers, scores, groups)
     return centers.new_empty((centers.shape[0],), dtype=torch.bool)
 
 
 @torch.library.register_fake("pcops::_circle_nms_path")
 def _circle_nms_path_fake(centers, scores, radius, groups, path):
-    _check_fake_args(centers, scores, groups)
+    _check_fake_args("_circle_nms_path", centers, scores, groups)
     n = centers.shape[0]
     return (centers.new_empty((n,), dtype=torch.bool), centers.new_empty((n,), dtype=torch.long),
             centers.new_empty((1,), dtype=torch.long))
@@ -148,3 +153,22 @@ def _circle_nms_path_fake(centers, scores, radius, groups, path):
 # bindings register a fallthrough for the Autograd key (bindings/circle_nms.cpp), so inputs that
 # require grad are accepted and the call stays in C++ (a Python autograd kernel cost several
 # microseconds per call).
+
+
+# vmap: circle_nms's output size depends on each sample's data, so it cannot be batched;
+# circle_nms_mask's can: one call per sample (the boxes of a sample are one problem).
+_autograd.register_no_vmap(
+    "circle_nms", "the number of kept boxes differs between samples; use pcops.circle_nms_mask "
+    "(a mask of fixed size) under vmap, or one call with `groups` holding the sample ids")
+
+
+@torch.library.register_vmap("pcops::circle_nms_mask", lib=_autograd._LIB)
+def _circle_nms_mask_vmap(info, in_dims, centers, scores, radius, groups=None):
+    def sample(t, dim, i):
+        return t if dim is None else t.select(dim, i)
+
+    dims = tuple(in_dims) + (None,) * (4 - len(in_dims))
+    masks = [torch.ops.pcops.circle_nms_mask.default(
+        sample(centers, dims[0], i), sample(scores, dims[1], i), radius,
+        None if groups is None else sample(groups, dims[3], i)) for i in range(info.batch_size)]
+    return torch.stack(masks), 0

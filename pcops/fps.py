@@ -4,6 +4,9 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from . import _autograd, _checks
+from ._dispatch import call_plain as _call_plain
+
 __all__ = ["furthest_point_sample"]
 
 
@@ -31,8 +34,9 @@ def furthest_point_sample(
         lengths: optional int64 ``[B]``: cloud ``b`` is its first ``lengths[b]`` points (ragged
             batches). Slots past ``min(npoint, lengths[b])`` hold -1.
         start: optional int64 ``[B]``: the first sample of each cloud, in ``[0, lengths[b])``
-            (checked exactly for CPU tensors; on CUDA, where a check would synchronise with the
-            host, a value outside is taken modulo ``lengths[b]``).
+            (checked exactly on the CPU; on CUDA, where a check would synchronise with the host,
+            only under :func:`pcops.set_debug_checks`, and otherwise a value outside is taken
+            modulo ``lengths[b]``).
         random_start: draw the first samples uniformly on the device from torch's default
             generator (``torch.manual_seed`` makes it reproducible), with no host
             synchronisation. Excludes ``start``.
@@ -50,43 +54,32 @@ def furthest_point_sample(
         >>> centres = xyz.gather(1, idx[..., None].expand(-1, -1, 3))
     """
     start = _resolve_start(xyz, lengths, start, random_start)
-    idx, dist2 = torch.ops.pcops.furthest_point_sample.default(xyz, npoint, lengths, start)
+    idx, dist2 = _call_plain(torch.ops.pcops.furthest_point_sample.default, xyz, npoint, lengths,
+                             start)
     return (idx, dist2) if return_dist2 else idx
 
 
 def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tensor],
                    random_start: bool) -> Optional[Tensor]:
-    """The start tensor to pass to the op: drawn for random_start (uniform in [0, 2**62) on
-    xyz's device from torch's default generator; the kernels take it modulo lengths[b], so no
-    host synchronisation), or the user's, checked exactly when it lives on the CPU (on CUDA a
-    check would read the device: the kernels take start modulo lengths[b] there)."""
-    if random_start:
-        if start is not None:
-            raise ValueError("pcops.furthest_point_sample: pass either 'start' or random_start=True, not both")
-        if not (isinstance(xyz, Tensor) and xyz.dim() == 3):
-            return None  # the op reports the bad xyz
-        return torch.randint(0, 1 << 62, (xyz.shape[0],), device=xyz.device, dtype=torch.long)
-    if (start is not None and isinstance(start, Tensor) and start.device.type == "cpu"
-            and start.dtype == torch.long and start.dim() == 1 and isinstance(xyz, Tensor)
-            and xyz.dim() == 3 and start.shape[0] == xyz.shape[0] and xyz.shape[0] > 0
-            and not torch.compiler.is_compiling()):
-        N = xyz.shape[1]
-        if lengths is not None and isinstance(lengths, Tensor) and lengths.shape == start.shape \
-                and lengths.device.type == "cpu":
-            length = lengths.clamp(0, N)
-        else:
-            length = torch.full_like(start, N)
-        bad = ((start < 0) | (start >= length)) & (length > 0)
-        if bool(bad.any()):
-            b = int(bad.nonzero()[0, 0])
-            raise ValueError(
-                "pcops.furthest_point_sample: argument 'start' must hold, for each b, a value in "
-                f"[0, lengths[b]) (lengths[b] = N = {N} without 'lengths'), got start[{b}] = "
-                f"{int(start[b])} with lengths[{b}] = {int(length[b])}")
-    return start
+    """The start tensor to pass to the op: the user's (the op checks its values exactly on the
+    CPU), or for random_start one drawn uniformly in [0, lengths[b]) on xyz's device from torch's
+    default generator, with no host synchronisation: a draw in [0, 2**62) taken modulo the
+    length (the bias, below 2**-30, is far from measurable)."""
+    if not random_start:
+        return start
+    if start is not None:
+        raise ValueError("pcops.furthest_point_sample: pass either 'start' or random_start=True, not both")
+    if not (isinstance(xyz, Tensor) and xyz.dim() == 3):
+        return None  # the op reports the bad xyz
+    B, N = xyz.shape[0], xyz.shape[1]
+    draw = torch.randint(0, 1 << 62, (B,), device=xyz.device, dtype=torch.long)
+    if isinstance(lengths, Tensor) and lengths.shape == (B,) and lengths.device == xyz.device:
+        return draw.remainder_(lengths.clamp(1, max(N, 1)))  # an empty cloud ignores its start
+    return draw.remainder_(max(N, 1))
 
 
 def _fps_fake(xyz, npoint, lengths=None, start=None, path=0):
+    _checks.check_devices("furthest_point_sample", "xyz", xyz, lengths=lengths, start=start)
     torch._check(xyz.dim() == 3 and xyz.shape[-1] == 3, lambda: "xyz must be [B, N, 3]")
     torch._check(npoint >= 1, lambda: "npoint must be >= 1")
     B = xyz.shape[0]
@@ -95,6 +88,8 @@ def _fps_fake(xyz, npoint, lengths=None, start=None, path=0):
 
 torch.library.register_fake("pcops::furthest_point_sample")(_fps_fake)
 torch.library.register_fake("pcops::_furthest_point_sample_path")(_fps_fake)
+_autograd.register_fold_vmap("furthest_point_sample", batched=(0, 2, 3))
+_autograd.register_fold_vmap("_furthest_point_sample_path", batched=(0, 2, 3))
 
 
 # Autograd: none. The outputs (indices, coverage curve) are not differentiable; the bindings

@@ -2,6 +2,7 @@
 import torch
 from torch import Tensor
 
+from . import _autograd, _checks
 from ._dispatch import call as _call
 
 __all__ = ["group", "group_backward"]
@@ -69,6 +70,7 @@ def group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
 
 @torch.library.register_fake("pcops::group")
 def _group_fake(features, idx):
+    _checks.check_devices("group", "features", features, idx=idx)
     torch._check(features.dim() == 3, lambda: "features must be [B, N, C]")
     torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
                  lambda: "idx must be int64 or int32 [B, M, S]")
@@ -80,6 +82,7 @@ def _group_fake(features, idx):
 
 @torch.library.register_fake("pcops::group_backward")
 def _group_backward_fake(grad_out, idx, num_points):
+    _checks.check_devices("group_backward", "grad_out", grad_out, idx=idx)
     torch._check(grad_out.dim() == 4, lambda: "grad_out must be [B, M, S, C]")
     torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
                  lambda: "idx must be int64 or int32 [B, M, S]")
@@ -88,39 +91,75 @@ def _group_backward_fake(grad_out, idx, num_points):
     return grad_out.new_empty((B, num_points, C))
 
 
-def _group_setup_context(ctx, inputs, output):
-    features, idx = inputs
-    ctx.num_points = features.shape[1]
-    if ctx.needs_input_grad[0]:
-        ctx.save_for_backward(idx)
+class _Group(torch.autograd.Function):
+    """group's derivatives (see pcops/_autograd.py). group is linear in features: its tangent is
+    group of the tangent, its backward group_backward."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(features, idx):
+        with _autograd._below_autograd():
+            return torch.ops.pcops.group.default(features, idx)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        features, idx = inputs
+        ctx.num_points = features.shape[1]
+        _autograd.save(ctx, "group", idx=idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        (idx,) = ctx.saved_tensors
+        return _group_backward(grad, idx, ctx.num_points), None
+
+    @staticmethod
+    def jvp(ctx, dfeatures, _didx):
+        (idx,) = ctx.saved_tensors
+        return _group(dfeatures, idx)
 
 
-def _group_autograd_backward(ctx, grad):
-    if not ctx.needs_input_grad[0]:
-        return None, None
-    (idx,) = ctx.saved_tensors
-    return torch.ops.pcops.group_backward.default(grad, idx, ctx.num_points), None
+class _GroupBackward(torch.autograd.Function):
+    """group_backward's derivatives: it is linear in grad_out, with group as its adjoint."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad_out, idx, num_points):
+        with _autograd._below_autograd():
+            return torch.ops.pcops.group_backward.default(grad_out, idx, num_points)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, idx, num_points = inputs
+        ctx.num_points = num_points
+        _autograd.save(ctx, "group_backward", idx=idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        (idx,) = ctx.saved_tensors
+        return _group(grad, idx), None, None
+
+    @staticmethod
+    def jvp(ctx, dgrad_out, _didx, _dnum_points):
+        (idx,) = ctx.saved_tensors
+        return _group_backward(dgrad_out, idx, ctx.num_points)
 
 
-def _group_backward_setup_context(ctx, inputs, output):
-    _, idx, _ = inputs
-    if ctx.needs_input_grad[0]:
-        ctx.save_for_backward(idx)
+def _group(features: Tensor, idx: Tensor) -> Tensor:
+    """group inside derivative formulas: differentiable again (double backward, transforms)."""
+    return _call(torch.ops.pcops.group.default, (features,), features, idx)
 
 
-def _group_backward_autograd_backward(ctx, grad):
-    # group_backward is linear in grad_out; its adjoint is group itself.
-    if not ctx.needs_input_grad[0]:
-        return None, None, None
-    (idx,) = ctx.saved_tensors
-    return torch.ops.pcops.group.default(grad, idx), None, None
+def _group_backward(grad_out: Tensor, idx: Tensor, num_points: int) -> Tensor:
+    return _call(torch.ops.pcops.group_backward.default, (grad_out,), grad_out, idx, num_points)
 
 
-torch.library.register_autograd(
-    "pcops::group", _group_autograd_backward, setup_context=_group_setup_context
-)
-torch.library.register_autograd(
-    "pcops::group_backward",
-    _group_backward_autograd_backward,
-    setup_context=_group_backward_setup_context,
-)
+_autograd.register("group", _Group)
+_autograd.register("group_backward", _GroupBackward)
+_autograd.register_fold_vmap("group", batched=(0, 1))
+_autograd.register_fold_vmap("group_backward", batched=(0, 1))

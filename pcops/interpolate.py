@@ -5,7 +5,9 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import _autograd, _checks
 from ._dispatch import call as _call
+from .group import _group, _group_backward
 
 __all__ = ["interpolate", "three_interpolate", "three_nn"]
 
@@ -99,6 +101,7 @@ def three_interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
 
 @torch.library.register_fake("pcops::interpolate")
 def _interpolate_fake(features, idx, weight):
+    _checks.check_devices("interpolate", "features", features, idx=idx, weight=weight)
     torch._check(features.dim() == 3, lambda: "features must be [B, N, C]")
     torch._check(idx.dim() == 3 and idx.dtype in _INDEX_DTYPES,
                  lambda: "idx must be int64 or int32 [B, M, K]")
@@ -109,30 +112,55 @@ def _interpolate_fake(features, idx, weight):
     return features.new_empty((B, idx.shape[1], C))
 
 
-def _interpolate_setup_context(ctx, inputs, output):
-    features, idx, weight = inputs
-    ctx.num_points = features.shape[1]
-    need_features, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
-    ctx.save_for_backward(
-        features if need_weight else None, idx, weight if need_features else None
-    )
+class _Interpolate(torch.autograd.Function):
+    """interpolate's derivatives with respect to features and weight (see pcops/_autograd.py).
+    The op is bilinear in (features, weight): its tangent is interpolate(dfeatures, idx, weight)
+    + interpolate(features, idx, dweight), the op itself twice."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(features, idx, weight):
+        with _autograd._below_autograd():
+            return torch.ops.pcops.interpolate.default(features, idx, weight)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        features, idx, weight = inputs
+        ctx.num_points = features.shape[1]
+        _autograd.save(ctx, "interpolate", features=features, idx=idx, weight=weight)
+
+    @staticmethod
+    def backward(ctx, grad):
+        """d out[b,m,c] / d features[b,n,c] = sum of weight[b,m,k] over the k with idx == n: a
+        scatter of grad * weight, done by group_backward (deterministic order). d out / d
+        weight[b,m,k] = <grad[b,m,:], features[b, idx[b,m,k], :]> (0 where idx is -1)."""
+        features, idx, weight = ctx.saved_tensors
+        grad_features = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            rows = grad.unsqueeze(2) * weight.unsqueeze(-1)  # [B, M, K, C]
+            grad_features = _group_backward(rows, idx, ctx.num_points)
+        if ctx.needs_input_grad[2]:
+            gathered = _group(features, idx)  # [B, M, K, C]
+            grad_weight = (gathered * grad.unsqueeze(2)).sum(-1)
+        return grad_features, None, grad_weight
+
+    @staticmethod
+    def jvp(ctx, dfeatures, _didx, dweight):
+        features, idx, weight = ctx.saved_tensors
+        out = None
+        if dfeatures is not None:
+            out = _interpolate(dfeatures, idx, weight)
+        if dweight is not None:
+            part = _interpolate(features, idx, dweight)
+            out = part if out is None else out + part
+        return out
 
 
-def _interpolate_backward(ctx, grad):
-    """d out[b,m,c] / d features[b,n,c] = sum of weight[b,m,k] over the k with idx == n: a
-    scatter of grad * weight, done by group_backward (deterministic order). d out / d
-    weight[b,m,k] = <grad[b,m,:], features[b, idx[b,m,k], :]> (0 where idx is -1)."""
-    features, idx, weight = ctx.saved_tensors
-    grad_features = grad_weight = None
-    if ctx.needs_input_grad[0]:
-        rows = grad.unsqueeze(2) * weight.unsqueeze(-1)  # [B, M, K, C]
-        grad_features = torch.ops.pcops.group_backward.default(rows, idx, ctx.num_points)
-    if ctx.needs_input_grad[2]:
-        gathered = torch.ops.pcops.group.default(features, idx)  # [B, M, K, C]
-        grad_weight = (gathered * grad.unsqueeze(2)).sum(-1)
-    return grad_features, None, grad_weight
+def _interpolate(features: Tensor, idx: Tensor, weight: Tensor) -> Tensor:
+    """interpolate inside derivative formulas: differentiable again."""
+    return _call(torch.ops.pcops.interpolate.default, (features, weight), features, idx, weight)
 
 
-torch.library.register_autograd(
-    "pcops::interpolate", _interpolate_backward, setup_context=_interpolate_setup_context
-)
+_autograd.register("interpolate", _Interpolate)
+_autograd.register_fold_vmap("interpolate", batched=(0, 1, 2))

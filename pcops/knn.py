@@ -4,7 +4,9 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import _autograd, _checks
 from ._dispatch import call as _call
+from .neighbor_dist2 import _dist2_backward, _dist2_tangent
 
 __all__ = ["knn"]
 
@@ -63,6 +65,8 @@ def knn(
 
 @torch.library.register_fake("pcops::knn")
 def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None):
+    _checks.check_devices("knn", "query", query, ref=ref, query_lengths=query_lengths,
+                          ref_lengths=ref_lengths)
     torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
     torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref must have one batch size")
@@ -72,38 +76,47 @@ def _knn_fake(query, ref, k, query_lengths=None, ref_lengths=None):
     return query.new_empty((B, M, k)), query.new_empty((B, M, k), dtype=torch.long)
 
 
-def _knn_setup_context(ctx, inputs, output):
-    query, ref = inputs[0], inputs[1]
-    _dist2, idx = output
-    ctx.mark_non_differentiable(idx)
-    ctx.num_ref = ref.shape[1]
-    if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-        ctx.save_for_backward(query, ref, idx)
+class _Knn(torch.autograd.Function):
+    """knn's derivatives (see pcops/_autograd.py): dist2 with respect to query and ref, in
+    reverse and forward mode; idx is not differentiable."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(query, ref, k, query_lengths=None, ref_lengths=None):
+        with _autograd._below_autograd():
+            return torch.ops.pcops.knn.default(query, ref, k, query_lengths, ref_lengths)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        query, ref = inputs[0], inputs[1]
+        ctx.mark_non_differentiable(output[1])
+        _autograd.save(ctx, "knn", query=query, ref=ref, idx=output[1])
+
+    @staticmethod
+    def backward(ctx, grad_dist2, _grad_idx):
+        """d dist2[b,m,j] / d query[b,m] = 2 (q - r_idx), and -2 (q - r_idx) for ref[b,idx]:
+        the ref gradient is scattered by group_backward, in a fixed order (deterministic).
+        Empty slots (idx -1, dist2 +inf) contribute nothing."""
+        need_query, need_ref = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if grad_dist2 is None or not (need_query or need_ref):
+            return None, None, None, None, None
+        query, ref, idx = ctx.saved_tensors
+        grad_query, grad_ref = _dist2_backward(query, ref, idx, idx >= 0, grad_dist2,
+                                               need_query, need_ref)
+        return grad_query, grad_ref, None, None, None
+
+    @staticmethod
+    def jvp(ctx, dquery, dref, _dk, _dql, _drl):
+        """The tangent of dist2: 2 <q - r_idx, dq - dr_idx> in the valid slots, 0 in the empty
+        ones (the backward's products)."""
+        query, ref, idx = ctx.saved_tensors
+        return _dist2_tangent(query, ref, idx, idx >= 0, dquery, dref), None
 
 
-def _knn_backward(ctx, grad_dist2, _grad_idx):
-    """d dist2[b,m,j] / d query[b,m] = 2 (q - r_idx), and -2 (q - r_idx) for ref[b,idx]: the ref
-    gradient is scattered by group_backward, in a fixed order (deterministic). Empty slots
-    (idx -1, dist2 +inf) contribute nothing."""
-    need_query, need_ref = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    if grad_dist2 is None or not (need_query or need_ref):
-        return None, None, None, None, None
-    query, ref, idx = ctx.saved_tensors
-    work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
-    q, r = query.to(work), ref.to(work)
-    valid = idx >= 0
-    neighbours = torch.ops.pcops.group.default(r, idx)  # [B, M, k, 3], zeros where idx is -1
-    g = torch.where(valid, grad_dist2.to(work), 0.0).unsqueeze(-1)
-    contrib = torch.where(valid.unsqueeze(-1), 2.0 * (q.unsqueeze(2) - neighbours) * g, 0.0)
-    grad_query = contrib.sum(2).to(query.dtype) if need_query else None
-    grad_ref = None
-    if need_ref:
-        grad_ref = torch.ops.pcops.group_backward.default(-contrib, idx, ctx.num_ref)
-        grad_ref = grad_ref.to(ref.dtype)
-    return grad_query, grad_ref, None, None, None
-
-
-torch.library.register_autograd("pcops::knn", _knn_backward, setup_context=_knn_setup_context)
+_autograd.register("knn", _Knn, defaults=(None, None))
+_autograd.register_fold_vmap("knn", batched=(0, 1, 3, 4))
+_autograd.register_fold_vmap("_knn_path", batched=(0, 1, 3, 4))
 
 
 @torch.library.register_fake("pcops::_knn_path")

@@ -5,6 +5,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _autograd, _checks
+from ._dispatch import call_plain as _call_plain
+
 __all__ = ["neighbor_edges"]
 
 
@@ -37,11 +40,14 @@ def neighbor_edges(idx: Tensor, num_ref: int, count: Optional[Tensor] = None,
         >>> idx, count = pcops.ball_query(y[None], x[None], 0.2, 32, return_count=True)
         >>> edge_index = pcops.neighbor_edges(idx, x.shape[0], count)   # [2, E]
     """
-    return torch.ops.pcops.neighbor_edges.default(idx, num_ref, count, row_offset, col_offset)
+    return _call_plain(torch.ops.pcops.neighbor_edges.default, idx, num_ref, count, row_offset,
+                       col_offset)
 
 
 @torch.library.register_fake("pcops::neighbor_edges")
 def _neighbor_edges_fake(idx, num_ref, count=None, row_offset=None, col_offset=None):
+    _checks.check_devices("neighbor_edges", "idx", idx, count=count, row_offset=row_offset,
+                          col_offset=col_offset)
     torch._check(idx.dim() == 3 and idx.dtype == torch.long, lambda: "idx must be int64 [B, M, S]")
     torch._check(num_ref >= 0, lambda: "num_ref must be >= 0")
     if count is not None:
@@ -51,3 +57,8 @@ def _neighbor_edges_fake(idx, num_ref, count=None, row_offset=None, col_offset=N
             torch._check(t.dim() == 1 and t.shape[0] == idx.shape[0], lambda: "offsets must be [B]")
     E = torch.library.get_ctx().new_dynamic_size()
     return idx.new_empty((2, E))
+
+
+_autograd.register_no_vmap(
+    "neighbor_edges", "the number of edges differs between samples; fold the vmapped "
+    "dimension into the batch dimension B instead (flat indices b * M + m, b * num_ref + idx)")

@@ -5,9 +5,12 @@ outputs carry no graph. Called by :func:`pcops.compat.pointnet2_ops.three_nn`;
 :func:`pcops.three_nn` is the native form (squared distances, int64, differentiable)."""
 import torch
 
+from . import _autograd, _checks
+
 
 @torch.library.register_fake("pcops::three_nn_pointnet2")
 def _three_nn_pointnet2_fake(unknown, known):
+    _checks.check_devices("three_nn_pointnet2", "unknown", unknown, known=known)
     torch._check(unknown.dim() == 3 and unknown.shape[2] == 3,
                  lambda: "unknown must be [B, n, 3]")
     torch._check(known.dim() == 3 and known.shape[2] == 3, lambda: "known must be [B, m, 3]")
@@ -15,3 +18,6 @@ def _three_nn_pointnet2_fake(unknown, known):
     torch._check(known.shape[0] == unknown.shape[0], lambda: "unknown and known differ in B")
     shape = (unknown.shape[0], unknown.shape[1], 3)
     return unknown.new_empty(shape), unknown.new_empty(shape, dtype=torch.int32)
+
+
+_autograd.register_fold_vmap("three_nn_pointnet2", batched=(0, 1))

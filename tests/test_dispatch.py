@@ -1,14 +1,15 @@
 """The no-grad fast path of the wrappers (pcops/_dispatch.py) and FPS's C++ autograd fallthrough.
 
-Every differentiable op has its backward registered in Python (torch.library.register_autograd),
-and entering that Python autograd kernel costs host time on every call. The wrappers skip it
-when no gradient can flow. These tests check, for each wrapper, that
+Every differentiable op has its derivatives in Python (an autograd.Function per op, applied by
+the wrappers and installed as the op's Autograd kernel: pcops/_autograd.py), and entering that
+Python machinery costs host time on every call. The wrappers skip it when no gradient or
+tangent can flow. These tests check, for each wrapper, that
   * the outputs are the same bits whichever way the call went (inputs without grad, inputs with
     grad under torch.no_grad, inputs with grad), and require grad exactly when a gradient can
     flow (and the gradient then arrives);
-  * the Python autograd kernel (torch/_library/autograd.py, autograd_impl) is entered only on
-    the grad path: sys.setprofile records the Python functions a call enters, and the grad path
-    must show it (so the check can fail);
+  * the Python autograd code (a Function's setup_context, or the op's Autograd kernel) is
+    entered only on the grad path: sys.setprofile records the Python functions a call enters,
+    and the grad path must show it (so the check can fail);
   * FPS never enters it: its Autograd key falls through in C++ (as ball_query's, whose outputs
     are indices and counts).
 """
@@ -24,12 +25,17 @@ from helpers import assert_equal, rand_points
 
 
 def entered_autograd_kernel(fn):
-    """(fn(), whether fn entered torch.library's Python autograd kernel)."""
+    """(fn(), whether fn entered pcops's Python autograd code: a Function's setup_context or
+    an op's Autograd kernel, pcops/_autograd.py)."""
     seen = []
 
     def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_name == "autograd_impl" and \
-                frame.f_code.co_filename.replace("\\", "/").endswith("_library/autograd.py"):
+        if event != "call":
+            return
+        code = frame.f_code
+        path = code.co_filename.replace("\\", "/")
+        if "/pcops/" in path and (code.co_name == "setup_context" or (
+                path.endswith("/_autograd.py") and code.co_name == "autograd_kernel")):
             seen.append(True)
 
     sys.setprofile(profile)
@@ -70,7 +76,7 @@ def check_paths(fn, make_inputs, grad_positions, diff_outputs):
 
     xs = with_grad()
     out, entered = entered_autograd_kernel(lambda: fn(*xs))
-    assert entered, "inputs require grad: the call must go through the registered formula"
+    assert entered, "inputs require grad: the call must go through the op's autograd.Function"
     for j, (a, b) in enumerate(zip(outputs(out), outputs(ref))):
         assert_equal(a.detach(), b, what="grad-path output")
         assert a.requires_grad == (j in diff_outputs), j

@@ -7,7 +7,7 @@ import pcops
 from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, rand_points, random_lengths
 
 fps_op = torch.ops.pcops.furthest_point_sample.default
-from pcops._paths import PATHS, force  # noqa: E402
+from pcops._paths import PATHS, force, paths  # noqa: E402
 
 
 def fps_path(xyz, npoint, lengths=None, start=None, *, path):
@@ -247,8 +247,9 @@ def test_bad_inputs_raise(device, case, debug_checks):
 
 
 def _bad_start_cases():
-    """Values of `start` are checked by pcops.furthest_point_sample on CPU tensors (on CUDA a
-    check would synchronise with the host: the kernels take start modulo lengths[b])."""
+    """Values of `start` are checked by the op itself on the CPU (on CUDA in debug mode: a check
+    there would synchronise with the host, so by default the kernels take start modulo
+    lengths[b])."""
     x = torch.rand(2, 10, 3)
     L = lambda *v: torch.tensor(v)  # noqa: E731
     return [
@@ -266,15 +267,58 @@ def test_bad_start_raises_in_the_wrapper(case):
         pcops.furthest_point_sample(*args, **kwargs)
 
 
-def test_start_out_of_range_is_taken_modulo_length_by_the_op(device, gen):
-    """The op itself (no check, no host read) takes start[b] modulo lengths[b], as the C API
-    documents; the wrapper's check covers CPU users."""
+@pytest.mark.parametrize("path", [None, "simple", "tree"])
+@pytest.mark.parametrize("case", range(3))
+def test_bad_start_raises_in_the_op(device, case, path, debug_checks):
+    """The raw op (and each forced path) checks start's values too: on the CPU always, on CUDA
+    in debug mode. It used to run from start = 0 for start = N."""
+    args, _, pattern = _bad_start_cases()[case]
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    if path is not None and path not in paths("furthest_point_sample", device):
+        pytest.skip(f"no {path} path on {device}")
+    with pytest.raises(ValueError, match=r"pcops\.furthest_point_sample: .*" + pattern):
+        if path is None:
+            fps_op(*args)
+        else:
+            force("furthest_point_sample", path, *args)
+
+
+def test_start_values_inside_lengths_and_empty_clouds_pass(device, gen):
+    """start[b] in [0, lengths[b]) passes; a cloud of length 0 ignores its start (any value)."""
     xyz = rand_points(3, 50, gen).to(device)
     lengths = torch.tensor([50, 7, 0], device=device)
-    got = fps_op(xyz, 5, lengths, torch.tensor([53, -1, 4], device=device))
-    want = fps_op(xyz, 5, lengths, torch.tensor([3, 6, 0], device=device))
+    got = fps_op(xyz, 5, lengths, torch.tensor([49, 6, 123], device=device))
+    want = fps_op(xyz, 5, lengths, torch.tensor([49, 6, 0], device=device))
+    assert_equal(got[0], want[0])
+    assert got[0][0, 0] == 49 and got[0][1, 0] == 6
+
+
+def test_cuda_start_out_of_range_is_taken_modulo_length_without_debug_checks(cuda, gen):
+    """On CUDA, outside debug mode, the op (no check, no host read) takes start[b] modulo
+    lengths[b], as the C API documents."""
+    previous = pcops.set_debug_checks(False)
+    try:
+        xyz = rand_points(3, 50, gen).to(cuda)
+        lengths = torch.tensor([50, 7, 0], device=cuda)
+        got = fps_op(xyz, 5, lengths, torch.tensor([53, -1, 4], device=cuda))
+        want = fps_op(xyz, 5, lengths, torch.tensor([3, 6, 0], device=cuda))
+    finally:
+        pcops.set_debug_checks(previous)
     assert_equal(got[0], want[0])
     assert_equal(got[1], want[1])
+
+
+def test_random_start_lies_within_the_lengths(device, gen):
+    """random_start draws start[b] in [0, lengths[b]) (the op checks it on the CPU), covering
+    the range, and the first sample is that start."""
+    torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+    xyz = rand_points(3, 20, gen).to(device)
+    lengths = torch.tensor([20, 3, 0], device=device)
+    firsts = torch.stack([pcops.furthest_point_sample(xyz, 2, lengths, random_start=True)[:, 0]
+                          for _ in range(60)]).cpu()
+    assert ((firsts[:, 0] >= 0) & (firsts[:, 0] < 20)).all()
+    assert set(firsts[:, 1].tolist()) == {0, 1, 2}
+    assert (firsts[:, 2] == -1).all()
 
 
 def test_npoint_whose_outputs_cannot_be_allocated_raises_naming_npoint(device):
