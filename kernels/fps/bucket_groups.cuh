@@ -36,8 +36,8 @@ namespace {
 // kernel
 
 constexpr int kMaxBucketGroups = 512;  // 16 warps of 32 lanes, a group a lane
-// Buckets a block of the grouped paths takes (512 groups of 8), and so the points: buckets of
-// at most 32 * 8.
+// The buckets a block of the grouped paths takes (512 groups of 8), and so the points (buckets
+// of at most 32 * 8): the reach of BUCKET_GROUPS and of a BUCKET_ROUNDS block.
 constexpr int64_t kMaxGroupedBuckets = 4096;
 constexpr int64_t kGroupedBlockMaxPoints = kMaxGroupedBuckets * 32 * 8;  // 2**20
 

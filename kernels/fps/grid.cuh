@@ -10,9 +10,10 @@
  * shared memory.
  *
  * When it wins: AUTO takes it for what neither the bucket paths nor clusters take -- a single
- * huge cloud (more points than bucket_single_cloud_max_points in kernels/fps/plan.cuh: one
- * block's buckets are then too slow, and the whole GPU works on the one cloud), or
- * B * N > 2**31 - 1 where clusters do not fit or do not exist.
+ * huge cloud past the grouped bucket paths (double, or float past 2**20 points) with more
+ * points than bucket_single_cloud_max_points (kernels/fps/plan.cuh: one block's buckets are
+ * then too slow, and the whole GPU works on the one cloud), or B * N > 2**31 - 1 where
+ * clusters do not fit or do not exist.
  *
  * Invariants: every block is co-resident (the plan checks occupancy; cudaLaunchCooperativeKernel
  * refuses otherwise); each cloud's rows are written by block 0 only.

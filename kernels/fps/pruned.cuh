@@ -19,7 +19,9 @@
  * registers, 12288 float points in shared memory) that are large enough for pruning to pay:
  * late in a run a sample changes the temps of a few neighbours only, so most warps skip most
  * steps, while BLOCK updates every point every step. Past the registers (float), only while
- * few samples are asked: with many, the bucket rounds take several samples a step.
+ * few samples are asked: with many, BUCKET_ROUNDS takes several samples a round. AUTO takes it
+ * above block_max_points_f32 / _f64 (kernels/fps/plan.cuh) up to the registers' reach, and
+ * float clouds up to 12288 points below pruned_shared_max_samples samples.
  *
  * Invariants: each thread's slots hold its points in ascending index order (a sorting network
  * at the start), so fps_visit's strict > keeps the lower index of a tie as in RegisterPoints;
