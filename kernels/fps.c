@@ -17,7 +17,7 @@
  *    vectorises without fast-math. The pass runs in chunks, remembering the first chunk that
  *    holds the maximum, so finding the first index of the maximum rescans one chunk only.
  *  - TREE: a KD tree over the cloud; a step only visits the boxes the new sample can change
- *    (QuickFPS). 3-8x faster than SIMPLE from 100k points (KITTI: 16x).
+ *    (QuickFPS). Wins on large clouds with many samples (FPS_TREE_MIN_* below).
  * Work sharing: one cloud per OpenMP thread (schedule(dynamic) over the batch).
  */
 #include <math.h>
@@ -29,13 +29,24 @@
 
 /* Points per chunk of the update + max pass (simple path). */
 #define FPS_CHUNK 512
-/* Most points in a leaf of the KD tree (tree path). 256 (leaves of 128-256 points) against
- * 64: 100000 -> 10000 24.3 -> 20.2 ms, KITTI -> 16384 17.6 -> 14.8, 20000 -> 2000 4.3 -> 3.0
- * on the 2-core CPU machine (same indices); a leaf's update is one vectorised pass, and fewer,
- * longer passes cost less than more box tests. */
+/* Most points in a leaf of the KD tree (tree path; leaves hold 128-256 points): a leaf's
+ * update is one vectorised pass, and fewer, longer passes cost less than more box tests.
+ * python benchmarks/bench_fps.py --device cpu times the tree path (build with -DFPS_LEAF=n). */
 #ifndef FPS_LEAF
 #define FPS_LEAF 256
 #endif
+
+/* AUTO's choice on the CPU (fps_tree_pays in fps_cpu.inc): the tree for clouds of at least
+ * FPS_TREE_MIN_POINTS valid points when at least FPS_TREE_MIN_SAMPLES samples, or
+ * FPS_TREE_MIN_WORK point-samples (L * npoint), are asked; the simple path otherwise. The tree
+ * costs about a pass over the cloud to build, then a fraction of a pass a step: it pays over
+ * long runs on large clouds. */
+/* python benchmarks/tune.py fps --device cpu: rows 1x2047->1000, 1x2048->1000 */
+#define FPS_TREE_MIN_POINTS 2048
+/* python benchmarks/tune.py fps --device cpu: rows 1x4096->999, 1x4096->1000 */
+#define FPS_TREE_MIN_SAMPLES 1000
+/* python benchmarks/tune.py fps --device cpu: rows 1x100000->399, 1x100000->400 */
+#define FPS_TREE_MIN_WORK 4e7
 
 #define T float
 #define TI int32_t

@@ -1,16 +1,17 @@
 /*
- * fps_step.cu -- the latency of one FPS step on small clouds (issue 9's F1: 32 clouds of 1024
- * points -> 512 samples), the register block path against variants of its reduction: where the
+ * fps_step.cu -- the latency of one FPS step on small clouds (32 clouds of 1024 points -> 512
+ * samples by default), the register block path against variants of its reduction: where the
  * candidates meet (slots and a second pair of redux, a 64-bit shared atomic max, or every thread
  * reading every slot) and where the sample's coordinates come from (global memory or a shared
- * copy of the cloud). Each variant is checked bit for bit against the library's path. Not part
- * of `make -C lab` (a .cu that compiles kernels/fps.cu itself):
+ * copy of the cloud). Each variant is checked bit for bit against the library's path. Built on
+ * the library's internal FPS header (kernels/fps/common.cuh: the point sets, the candidates and
+ * their reductions) and linked with the kernels library for the library's own path; needs a
+ * GPU to run (CUDA only, not part of `make -C lab run`):
  *
- *   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Ikernels \
- *        lab/fps_step.cu kernels/status.c -Xcompiler -fopenmp -o /tmp/fps_step
- *   /tmp/fps_step [B N npoint]
+ *   make -C lab step                  -> lab/build/cuda/fps_step
+ *   lab/build/cuda/fps_step [B N npoint]
  */
-#include "fps.cu"
+#include "fps/common.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -40,7 +41,7 @@ struct LabRow {
           n_out((int)(npoint < N ? npoint : N)) {}
 };
 
-// The reduction of the library before stop 30 (kept here as the lab's baseline): lane 0 stores
+// The library's earlier reduction (kept here as the lab's baseline): lane 0 stores
 // the warp's (key, index) to its slot, one barrier, lane q < warps reads slot q, two redux.
 __device__ __forceinline__ Candidate<float> slots_two_redux(int key, int index, uint32_t write_at,
                                                             uint32_t read_at, bool reads,
@@ -62,7 +63,8 @@ __device__ __forceinline__ Candidate<float> slots_two_redux(int key, int index, 
     return {__int_as_float(top2), (int)id2};
 }
 
-// MODE: 0 the reduction of the library before stop 30 (slots, barrier, two redux), coordinates from global memory
+// MODE: 0 the library's earlier reduction (slots, barrier, two redux), coordinates from global
+//         memory
 //       1 the same, coordinates from a shared float4 copy of the cloud
 //       2 one redux (the warp's largest key); the lanes holding it do a 64-bit shared atomic max
 //         of the packed (key, index) into one of three words; barrier; every thread reads it.

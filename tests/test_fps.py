@@ -559,10 +559,10 @@ def test_path_op_opcheck(device, gen):
                           (xyz, 10, None, None, PATHS["furthest_point_sample"]["simple"][0]))
 
 
-# Points a forced CUDA path takes per cloud (kernels/fps.cu plan_group / plan_cluster /
-# plan_grid, plan_bucket_groups): above these it raises ValueError; "cluster", "grid" and
-# "bucket" take any size; "bucket_groups" and "bucket_rounds" are float32 only (4096 buckets of up
-# to 256 points).
+# Points a forced CUDA path takes per cloud (the plan functions of kernels/fps/*.cuh:
+# plan_group, plan_pruned, plan_bucket_groups, plan_bucket_rounds): above these it raises
+# ValueError; "cluster", "grid" and "bucket" take any size; "bucket_groups" and "bucket_rounds"
+# are float32 only (4096 buckets of up to 256 points).
 CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
                       "block": {torch.float32: 8192, torch.float64: 4096},
                       "block_pruned": {torch.float32: 12288, torch.float64: 4096},
