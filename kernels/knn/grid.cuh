@@ -7,7 +7,7 @@
  *
  * What it does: the build (grid/build_counting.cuh, or grid/build_small.cuh for clouds of at
  * most 4096 refs and queries: one launch) bins refs and queries by one counting sort with a cell
- * budget fixed by the plan (knn/plan.cuh: about max(3.5, k / 8) refs a cell); no host
+ * budget fixed by the plan (knn/plan.cuh: a few refs a cell, more for long lists); no host
  * synchronisation. One thread per query, the threads in the queries' cell order (a warp's
  * queries are neighbours: they walk nearly the same cells). grid_walk visits the cells in rings
  * around the query's cell (kernels/knn_cpu.inc, knn_grid_query, is the same walk), a row of new

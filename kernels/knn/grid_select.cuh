@@ -9,8 +9,8 @@
  * candidates are there, it is shrunk to exactly the kk smallest packed keys (the kk-th key by
  * the bit search, then, among the refs tied at it, the lowest indices by a second bit search
  * on the indices); the largest kept key becomes the bound (only smaller keys can still enter)
- * and its distance the walk's k-th distance. Its grid has longer cells than the grid path's
- * (knn/plan.cuh: max(16, k / 4) refs a cell): a warp's 32 lanes take a run of refs at once.
+ * and its distance the walk's k-th distance. Its grid has fuller cells than the grid path's
+ * (knn/plan.cuh, select_cell_*): a warp's 32 lanes take a run of refs at once.
  *
  * When it wins: float32 grids with long lists (k from 64 to 128), where every thread of the
  * grid path would keep a list too long for its registers (knn/plan.cuh).
