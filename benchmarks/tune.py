@@ -5,6 +5,7 @@ in one process, and for each size the fastest path next to the one AUTO takes.
 
     python benchmarks/tune.py fps [--device cuda] [--reps 30] [--quick]
     python benchmarks/tune.py knn | ball_query | circle_nms | all
+    python benchmarks/tune.py knn --device cpu      # the CPU plans' thresholds (kernels/knn.c, ...)
 
 A row where AUTO's path is more than 5 % slower than the fastest is marked "<-": the threshold
 that sends that size to AUTO's path is the one to move (the table names it). Every path's
@@ -30,7 +31,7 @@ def cloud(B, N, gen, device, dtype=torch.float32):
 
 
 # op -> list of (label, make_args(gen, device) -> args); sizes around each threshold of the plan
-def fps_cases(quick):
+def fps_cases(quick, device):
     # CUDA (kernels/fps/plan.cuh, kTunings): the rows each side of every threshold, by dtype
     # where it has one per dtype; CPU (kernels/fps.c, FPS_TREE_MIN_*): the 1x... rows
     sizes = [(64, 128, 64), (64, 129, 64), (32, 512, 256), (32, 513, 256), (32, 1024, 512),
@@ -51,22 +52,51 @@ def fps_cases(quick):
     return cases
 
 
-def knn_cases(quick):
-    sizes = [(32, 512, 1024, 4), (32, 512, 1024, 16), (16, 1024, 1024, 32), (16, 1024, 1024, 128),
-             (16, 4096, 4096, 8), (16, 4096, 4096, 16), (16, 4096, 4096, 32), (16, 4096, 4096, 64),
-             (4, 8192, 8192, 100), (8, 16384, 16384, 16), (1, 100000, 100000, 16),
-             (1, 100000, 100000, 64)]
+F64 = torch.float64
+
+
+def knn_cases(quick, device):
+    # (B, M, N, k[, dtype]); the CUDA thresholds of kernels/knn/plan.cuh (warp select from k = 16
+    # up to N = 1024, grid select k = 64..128, grid from N = 1024 with 8 k <= N up to k = 64,
+    # grid_batch k = 5..16, the brute force's splits for few queries), or the CPU's of
+    # kernels/knn.c (grid from N = 512 with 8 k <= N)
+    if device == "cpu":
+        sizes = [(4, 256, 384, 16), (4, 256, 512, 16), (4, 256, 768, 16), (4, 256, 512, 64),
+                 (4, 256, 512, 65), (4, 2048, 4096, 16), (4, 2048, 4096, 100),
+                 (4, 2048, 4096, 16, F64), (1, 10000, 20000, 16)]
+    else:
+        sizes = [(32, 512, 1000, 4), (32, 512, 1024, 4), (32, 512, 1024, 8), (32, 512, 1024, 16),
+                 (16, 1024, 1024, 32), (16, 1024, 1024, 128), (1, 64, 1000, 8),
+                 (16, 4096, 4096, 4), (16, 4096, 4096, 8), (16, 4096, 4096, 16),
+                 (16, 4096, 4096, 32), (16, 4096, 4096, 64), (16, 4096, 4096, 64, F64),
+                 (16, 4096, 4096, 65, F64), (4, 8192, 8192, 100), (4, 8192, 8192, 129),
+                 (8, 16384, 16384, 16), (1, 100000, 100000, 16), (1, 100000, 100000, 64)]
     if quick:
         sizes = sizes[::3]
-    return [(f"{B}x{M}x{N} k={k}",
-             lambda g, d, B=B, M=M, N=N, k=k: (cloud(B, M, g, d), cloud(B, N, g, d), k))
-            for B, M, N, k in sizes]
+    cases = []
+    for B, M, N, k, *dt in sizes:
+        t = dt[0] if dt else torch.float32
+        cases.append((f"{B}x{M}x{N} k={k}" + (" float64" if dt else ""),
+                      lambda g, d, B=B, M=M, N=N, k=k, t=t: (cloud(B, M, g, d, t),
+                                                             cloud(B, N, g, d, t), k)))
+    return cases
 
 
-def ball_query_cases(quick):
-    sizes = [(32, 512, 1024, 0.2, 32), (16, 1024, 4096, 0.1, 64), (16, 1024, 4096, 0.1, 65),
-             (8, 4096, 8192, 0.05, 32), (4, 4096, 16384, 0.05, 32), (1, 4096, 200000, 0.02, 32),
-             (1, 65536, 16384, 0.05, 16)]
+def ball_query_cases(quick, device):
+    # (B, M, N, radius, S); the CUDA thresholds of kernels/ball_query/plan.cuh (split_sorted from
+    # 3e7 pairs, the split paths up to 2e9 pairs and S = 64 unless few groups of queries meet
+    # long ranges of refs, the grid from N = 16384, 8 warps a split block from N = 8192), or the
+    # CPU's of kernels/ball_query.c (grid from N = 512)
+    if device == "cpu":
+        sizes = [(4, 256, 384, 0.2, 32), (4, 256, 512, 0.2, 32), (4, 256, 768, 0.2, 32),
+                 (4, 2048, 4096, 0.1, 32), (4, 2048, 4096, 0.1, 100), (1, 10000, 20000, 0.05, 32)]
+    else:
+        sizes = [(32, 512, 1024, 0.2, 32), (16, 1024, 2048, 0.1, 32), (16, 1024, 4096, 0.1, 64),
+                 (16, 1024, 4096, 0.1, 65), (8, 4096, 8192, 0.05, 32), (4, 4096, 8192, 0.05, 65),
+                 (4, 4096, 16384, 0.05, 32), (4, 4096, 16384, 0.05, 65),
+                 (4, 16384, 16384, 0.05, 32), (8, 16384, 16384, 0.05, 32),
+                 (1, 4096, 200000, 0.02, 32), (1, 4096, 400000, 0.02, 32),
+                 (1, 65536, 16384, 0.05, 16)]
     if quick:
         sizes = sizes[::2]
     return [(f"{B}x{M}x{N} r={r} S={S}",
@@ -74,7 +104,7 @@ def ball_query_cases(quick):
             for B, M, N, r, S in sizes]
 
 
-def circle_nms_cases(quick):
+def circle_nms_cases(quick, device):
     sizes = [500, 1000, 2000, 4096, 4097, 16384, 65536, 300000]
     if quick:
         sizes = sizes[::2]
@@ -104,7 +134,7 @@ def tune(name, device, reps, quick, seed):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=device) if device == "cuda" else None
     print(f"\n## {name} on {device} (seed {seed})\n")
     rows = []
-    for label, make in cases(quick):
+    for label, make in cases(quick, device):
         args = make(gen, device)
         dtype = args[0].dtype
         want = force(op, "auto", *args)

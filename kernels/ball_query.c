@@ -90,45 +90,71 @@ pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const vo
     return PCOPS_SUCCESS;
 }
 
-/* The grid path: cells of an edge of at least the radius times BQ_GRID_CELL_PER_RADIUS, at
- * most one cell per ref. The selector takes the grid from BQ_GRID_MIN_N refs per cloud. */
-#define BQ_GRID_CELL_PER_RADIUS 1.0
-#define BQ_GRID_MIN_N 512
+/* The CPU plan. Eligibility: the brute force takes every input; the grid path needs cloud
+ * indices that fit int32. Preference (AUTO): the grid for clouds of at least BQ_GRID_MIN_N
+ * refs, the brute force below. The grid's cells have an edge of at least the radius times
+ * BQ_GRID_CELL_PER_RADIUS, at most BQ_GRID_CELLS_PER_REF cells a ref. Each constant is
+ * re-measured by the command on its line (one build per value for the cells): */
+#define BQ_GRID_MIN_N 512            /* python benchmarks/tune.py ball_query --device cpu */
+#define BQ_GRID_CELL_PER_RADIUS 1.0  /* python benchmarks/tune.py ball_query --device cpu */
+#define BQ_GRID_CELLS_PER_REF 1.0    /* python benchmarks/tune.py ball_query --device cpu */
 
-static pcops_ball_query_path ball_query_cpu_resolve(int64_t M, int64_t N,
-                                                   pcops_ball_query_path variant) {
-    if (N > INT32_MAX - 1 || M > INT32_MAX - 1) return PCOPS_BALL_QUERY_BRUTE;
-    if (variant == PCOPS_BALL_QUERY_GRID) return PCOPS_BALL_QUERY_GRID;
-    if (variant != PCOPS_BALL_QUERY_AUTO) return PCOPS_BALL_QUERY_BRUTE;
-    return N >= BQ_GRID_MIN_N ? PCOPS_BALL_QUERY_GRID : PCOPS_BALL_QUERY_BRUTE;
+/* The path that runs for a requested one (*path: BRUTE or GRID): AUTO by size; a forced path
+ * that is not a CPU path or cannot take the sizes is PCOPS_ERROR_INVALID_VALUE, never a
+ * substitute. */
+static pcops_status ball_query_cpu_plan(int64_t M, int64_t N, pcops_ball_query_path requested,
+                                        pcops_ball_query_path* path) {
+    const int grid_takes = N <= INT32_MAX - 1 && M <= INT32_MAX - 1;
+    switch (requested) {
+        case PCOPS_BALL_QUERY_AUTO:
+            *path = grid_takes && N >= BQ_GRID_MIN_N ? PCOPS_BALL_QUERY_GRID
+                                                     : PCOPS_BALL_QUERY_BRUTE;
+            return PCOPS_SUCCESS;
+        case PCOPS_BALL_QUERY_BRUTE:
+            *path = PCOPS_BALL_QUERY_BRUTE;
+            return PCOPS_SUCCESS;
+        case PCOPS_BALL_QUERY_GRID:
+            *path = PCOPS_BALL_QUERY_GRID;
+            return grid_takes ? PCOPS_SUCCESS : PCOPS_ERROR_INVALID_VALUE;
+        default:
+            return PCOPS_ERROR_INVALID_VALUE;
+    }
 }
 
 size_t pcops_ball_query_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
                                             double radius2, int64_t S,
-                                            pcops_ball_query_path variant) {
+                                            pcops_ball_query_path requested) {
     (void)radius2;
+    pcops_ball_query_path path;
     if (B <= 0 || M <= 0 || N < 0 || S < 1) return 0;
-    if (ball_query_cpu_resolve(M, N, variant) != PCOPS_BALL_QUERY_GRID) return 0;
-    const int64_t budget = pcops_grid_budget(N, 1.0);
-    /* the grids, then the query order (kernels/ball_query_cpu.inc) */
-    return pcops_grid_carve(NULL, B, N, budget, pcops_dtype_size(dtype), NULL) +
-           (size_t)(2 * B * M + B * (budget + 2)) * sizeof(int32_t);
+    if (ball_query_cpu_plan(M, N, requested, &path) != PCOPS_SUCCESS ||
+        path != PCOPS_BALL_QUERY_GRID)
+        return 0;
+    /* the grids and the query order, carved by ball_query_cpu.inc with the same function */
+    pcops_grid_scratch s;
+    pcops_carver w = pcops_carver_init(NULL);
+    pcops_grid_carve(&w, B, M, N, pcops_grid_budget(N, BQ_GRID_CELLS_PER_REF),
+                     pcops_dtype_size(dtype), &s);
+    return pcops_carver_bytes(&w);
 }
 
 pcops_status pcops_ball_query_cpu_path(pcops_dtype dtype, const void* query, const void* ref,
                                           const int64_t* query_lengths,
                                           const int64_t* ref_lengths, int64_t B, int64_t M,
                                           int64_t N, double radius2, int64_t S,
-                                          pcops_ball_query_path variant, void* workspace,
+                                          pcops_ball_query_path requested, void* workspace,
                                           int64_t* idx, int64_t* count) {
-    if (ball_query_cpu_resolve(M, N, variant) != PCOPS_BALL_QUERY_GRID || B <= 0 || M <= 0 || S < 1)
+    pcops_ball_query_path path;
+    const pcops_status planned = ball_query_cpu_plan(M, N, requested, &path);
+    if (planned != PCOPS_SUCCESS) return planned;
+    if (path != PCOPS_BALL_QUERY_GRID || B <= 0 || M <= 0 || S < 1)
         return pcops_ball_query_cpu(dtype, query, ref, query_lengths, ref_lengths, B, M, N,
                                     radius2, S, idx, count);
     if (N < 0) return PCOPS_ERROR_INVALID_VALUE;
     if (!idx || !count || !query || !workspace || (N > 0 && !ref))
         return PCOPS_ERROR_INVALID_VALUE;
     if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
-    const int64_t budget = pcops_grid_budget(N, 1.0);
+    const int64_t budget = pcops_grid_budget(N, BQ_GRID_CELLS_PER_REF);
     const pcops_fpmode fpmode = pcops_fpmode_ieee(); /* cpu.h; (float)radius2 below */
     const double min_cell = sqrt(radius2) * BQ_GRID_CELL_PER_RADIUS;
     if (dtype == PCOPS_FLOAT32)

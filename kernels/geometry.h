@@ -199,12 +199,8 @@ PCOPS_HD int64_t pcops_key_index(uint64_t key) { return (int64_t)(key & 0xffffff
  *    integers; pcops_key_unpack_f32 turns a sorted packed heap into (dist2, idx) rows. All are
  *    O(log cap) per entry, loop over the heap in place, and use no memory beyond the arrays
  *    given. A sift step reads each entry it compares once, into locals, and compares those:
- *    written with d[c * stride] etc. re-read in every compare (the arrays may alias, so the
- *    compiler keeps the loads), knn.cu's float64 grid heap kernel spilled inside its walk
- *    (100 bytes of spill loads; now 16, outside the loops, as before the move here) and its
- *    float64 heap kernels had 40-64 more instructions than now (ptxas -v, cuobjdump -sass,
- *    CUDA 13). On the H100 (lab/ab_search), K8 in float64 ran 3.6% slower than before the
- *    move with the re-reads, and runs 28% faster than before it with one read.
+ *    the arrays may alias, so re-reading d[c * stride] in every compare keeps the loads in
+ *    the loop, and the float64 heap kernels then spill inside their walk.
  * ---------------------------------------------------------------------------------------- */
 
 /* Defines pcops_heap_push_SUF, pcops_heap_replace_top_SUF, pcops_heap_keep_SUF,
@@ -317,10 +313,9 @@ PCOPS_HD void pcops_heap_sift_down_u64(uint64_t* h, int64_t stride, int64_t coun
         uint64_t kc = h[c * stride];
         if (c + 1 < count) {
             const uint64_t kr = h[(c + 1) * stride];
-            /* branch-free child choice. The device selects c (SEL): c += right put an add and a
-             * carry on the path to the next level's load (knn_heap_kernel<float, true>, K8: 0.4%
-             * slower, lab/ab_search on the H100). The host adds: GCC 12 -O3 turns the select
-             * form into a branch on the compare (unpredictable), the add into setb + cmov. */
+            /* branch-free child choice. The device selects c (SEL): c += right would put an add
+             * and a carry on the path to the next level's load. The host adds: GCC turns the
+             * select form into a branch on the compare (unpredictable), the add into setb + cmov. */
             const int right = kr > kc;
             kc = right ? kr : kc;
 #if defined(__CUDA_ARCH__)

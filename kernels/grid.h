@@ -214,12 +214,11 @@ PCOPS_HD int64_t pcops_grid_budget(int64_t N, double cells_per_point) {
     return (int64_t)c;
 }
 
-/* The scratch of B grids of clouds of N refs with `budget` cells each, carved from one
- * workspace (every part aligned to PCOPS_GRID_ALIGN bytes): per cloud its pcops_grid, the
- * cell starts [budget + 1] (int32), the refs sorted by cell (x, y, z arrays of `scalar` bytes
- * per element and their indices, int32), and the cell of every ref (int32, build scratch). */
-#define PCOPS_GRID_ALIGN 256
-
+/* The scratch of the CPU grid paths (kNN, ball query) for B clouds of M queries and N refs with
+ * `budget` cells each: per cloud its pcops_grid, the cell starts [budget + 1] (int32), the refs
+ * sorted by cell (x, y, z arrays of `scalar` bytes per element and their indices, int32), the
+ * cell of every ref (int32, build scratch), and the queries in cell order: their order and
+ * cells [M] and the counts of the counting sort [budget + 2] (int32). */
 typedef struct pcops_grid_scratch {
     pcops_grid* grids; /* [B] */
     int32_t* start;    /* [B, budget + 1] */
@@ -228,37 +227,24 @@ typedef struct pcops_grid_scratch {
     void* z;           /* [B, N] */
     int32_t* id;       /* [B, N] */
     int32_t* cell;     /* [B, N] */
+    int32_t* qorder;   /* [B, M] */
+    int32_t* qcell;    /* [B, M] */
+    int32_t* qcounts;  /* [B, budget + 2] */
 } pcops_grid_scratch;
 
-PCOPS_HD size_t pcops_grid_align(size_t bytes) {
-    return (bytes + PCOPS_GRID_ALIGN - 1) / PCOPS_GRID_ALIGN * PCOPS_GRID_ALIGN;
-}
-
-/* Carves the scratch from `base` (NULL: only counts) and returns its size in bytes. */
-PCOPS_HD size_t pcops_grid_carve(void* base, int64_t B, int64_t N, int64_t budget,
-                                 size_t scalar, pcops_grid_scratch* s) {
-    char* p = (char*)base;
-    size_t off = 0;
-    const size_t parts[7] = {
-        (size_t)B * sizeof(pcops_grid),         (size_t)(B * (budget + 1)) * sizeof(int32_t),
-        (size_t)(B * N) * scalar,               (size_t)(B * N) * scalar,
-        (size_t)(B * N) * scalar,               (size_t)(B * N) * sizeof(int32_t),
-        (size_t)(B * N) * sizeof(int32_t)};
-    void* ptrs[7];
-    for (int i = 0; i < 7; ++i) {
-        ptrs[i] = p ? (void*)(p + off) : (void*)0;
-        off += pcops_grid_align(parts[i]);
-    }
-    if (s) {
-        s->grids = (pcops_grid*)ptrs[0];
-        s->start = (int32_t*)ptrs[1];
-        s->x = ptrs[2];
-        s->y = ptrs[3];
-        s->z = ptrs[4];
-        s->id = (int32_t*)ptrs[5];
-        s->cell = (int32_t*)ptrs[6];
-    }
-    return off;
+/* Carves the scratch from the carver (geometry.h; base NULL: only counts). */
+PCOPS_HD void pcops_grid_carve(pcops_carver* w, int64_t B, int64_t M, int64_t N, int64_t budget,
+                               size_t scalar, pcops_grid_scratch* s) {
+    s->grids = (pcops_grid*)pcops_carve(w, B, sizeof(pcops_grid));
+    s->start = (int32_t*)pcops_carve(w, B * (budget + 1), sizeof(int32_t));
+    s->x = pcops_carve(w, B * N, scalar);
+    s->y = pcops_carve(w, B * N, scalar);
+    s->z = pcops_carve(w, B * N, scalar);
+    s->id = (int32_t*)pcops_carve(w, B * N, sizeof(int32_t));
+    s->cell = (int32_t*)pcops_carve(w, B * N, sizeof(int32_t));
+    s->qorder = (int32_t*)pcops_carve(w, B * M, sizeof(int32_t));
+    s->qcell = (int32_t*)pcops_carve(w, B * M, sizeof(int32_t));
+    s->qcounts = (int32_t*)pcops_carve(w, B * (budget + 2), sizeof(int32_t));
 }
 
 #endif /* PCOPS_GRID_H */

@@ -59,9 +59,8 @@
  * above. */
 #define KNN_GRID_SORTED_MAX 64
 /* Grid path: a row of cells is narrowed to the cells within the current bound only when the
- * row holds more refs than this (fewer: scanning them costs less than the narrowing; measured
- * on this machine, k = 16, one thread, against narrowing every row: uniform 100k 96 -> 82 ms,
- * 4 x 4096 14.5 -> 12.3, KITTI 77.5 -> 74; skipping it in rings 1-2 alone lost on KITTI). */
+ * row holds more refs than this (fewer: scanning them costs less than the narrowing).
+ * python benchmarks/tune.py knn --device cpu: the grid rows, one build per value. */
 #define KNN_GRID_NARROW_MIN 32
 /* Bytes of selection lists (the output rows of the queries of a block) meant to stay in L2. */
 #define KNN_LIST_BYTES (128 * 1024)
@@ -160,10 +159,9 @@ static inline void knn_packed_finish(uint64_t* h, int64_t count, float* dist) {
  * UINT64_MAX (set before the first key): takes key < h[cap - 1] (which then drops out; while
  * the list fills that is a sentinel, and every real key is below it). Every slot takes the
  * larger of its left neighbour and min(itself, key), from the end down: no data-dependent
- * branch (the insertion loop it replaces mispredicted its exit on most keys: ~35 % of a k = 16
- * grid query, perf on this machine; 5-8 % faster whole queries). Returns 1 when the list is full
+ * branch (an insertion loop mispredicts its exit on most keys). Returns 1 when the list is full
  * after it (h[cap - 1] is the threshold). The grid path uses it while cap <=
- * KNN_GRID_SORTED_MAX: measured faster than the heap there (no heapsort at the end). */
+ * KNN_GRID_SORTED_MAX, where it beats the heap (no heapsort at the end). */
 static inline int knn_sorted_keep_u64(uint64_t* h, int64_t cap, int64_t* count, uint64_t key) {
     for (int64_t i = cap - 1; i > 0; --i) {
         const uint64_t left = h[i - 1], here = h[i];
@@ -179,11 +177,10 @@ static inline int knn_sorted_keep_u64(uint64_t* h, int64_t cap, int64_t* count, 
  * extensions), ascending; free slots hold KNN_V_EMPTY. Keys are below 2**63 (a dist2 of +0 ..
  * +inf, never NaN, in the top 32 bits), so signed compares order them. An insertion is
  * h[i] = max(h[i - 1], min(h[i], key)) (h[-1] = 0) for all 16 slots at once: the same list as
- * knn_sorted_keep_u64, without the stores and reloads of a list in memory (one thread, k = 16,
- * against that list in a stack array: uniform 4 x 4096 12.2 -> 10.8 ms, 100k 90 -> 83, KITTI
- * 76 -> 68; with the AVX-512 build below 9.8, 75, 63). Two builds of the grid path: four
- * vectors of four (AVX2 / SSE2 clones), and two of eight for CPUs with AVX-512 (x86-64-v4),
- * chosen at run time (knn_wide_list). The vectors never cross a call (the functions that
+ * knn_sorted_keep_u64, without the stores and reloads of a list in memory. Two builds of the
+ * grid path: four vectors of four (AVX2 / SSE2 clones), and two of eight for CPUs with AVX-512
+ * (x86-64-v4), chosen at run time (knn_wide_list; the path "grid_baseline" forces the first
+ * build, so that tests reach it on any CPU). The vectors never cross a call (the functions that
  * take one by pointer are inlined), so GCC's ABI note (-Wpsabi) does not apply. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define KNN_VLIST 1
@@ -312,48 +309,75 @@ static int knn_wide_list(void) {
 #undef KNN_VW
 #undef KNN_GRID_ONLY
 
+/* The CPU plan. Eligibility: the brute force takes every input; the grid paths (GRID, and
+ * GRID_BASELINE, the grid's AVX2 / SSE2 build even on an AVX-512 CPU) need cloud indices that
+ * fit int32. Preference (AUTO): the grid for clouds of at least KNN_GRID_MIN_N refs with
+ * k * KNN_GRID_N_PER_K <= N, the brute force below. The thresholds and the grid's cells, each
+ * re-measured by the command on its line (one build per value for the cells): */
+#define KNN_GRID_MIN_N 512      /* python benchmarks/tune.py knn --device cpu: grid from N */
+#define KNN_GRID_N_PER_K 8      /* python benchmarks/tune.py knn --device cpu: k * this <= N */
+#define KNN_GRID_K_PER_CELL 4   /* python benchmarks/tune.py knn --device cpu: refs a cell */
+#define KNN_GRID_BASE_CELLS 1.0 /* python benchmarks/tune.py knn --device cpu: cells a ref */
+
 /* The grid path's cells per cloud: KNN_GRID_BASE_CELLS cells per max(1, K / KNN_GRID_K_PER_CELL)
  * refs over the box, refined up to PCOPS_GRID_OCCUPANCY_SPARE times more where most of the box
- * is empty (kernels/grid_cpu.inc). Measured on this machine with the block-first search and
- * the seed bound (kernels/knn_cpu.inc; one thread, k = 16, min of 8 runs, 0.25 to 2 tried):
- * 1 is best on uniform B=4 N=4096 and N=100000 (2 was 5-10% slower, 0.5 10-20%); KITTI is
- * within noise (+-7%) from 0.5 to 1.5. */
-#define KNN_GRID_K_PER_CELL 4
-#define KNN_GRID_BASE_CELLS 1.0
-/* The selector's grid threshold: clouds of at least this many refs, k at most N / 8. */
-#define KNN_GRID_MIN_N 512
-
+ * is empty (kernels/grid_cpu.inc). */
 static int64_t knn_grid_budget(int64_t N, int64_t K) {
     const int64_t per_cell = K / KNN_GRID_K_PER_CELL > 1 ? K / KNN_GRID_K_PER_CELL : 1;
     return pcops_grid_budget(N, KNN_GRID_BASE_CELLS * PCOPS_GRID_OCCUPANCY_SPARE / (double)per_cell);
 }
 
-/* The variant that runs: AUTO chooses by size; the grid needs indices that fit int32. */
-static pcops_knn_path knn_cpu_resolve(int64_t M, int64_t N, int64_t K,
-                                            pcops_knn_path variant) {
-    if (N > INT32_MAX - 1 || M > INT32_MAX - 1) return PCOPS_KNN_BRUTE;
-    if (variant == PCOPS_KNN_GRID || variant == PCOPS_KNN_GRID_BASELINE)
-        return PCOPS_KNN_GRID;
-    if (variant != PCOPS_KNN_AUTO) return PCOPS_KNN_BRUTE;
-    return N >= KNN_GRID_MIN_N && K * 8 <= N ? PCOPS_KNN_GRID : PCOPS_KNN_BRUTE;
+/* The path that runs for a requested one (*path: BRUTE, GRID or GRID_BASELINE): AUTO by size;
+ * a forced path that is not a CPU path or cannot take the sizes is PCOPS_ERROR_INVALID_VALUE,
+ * never a substitute. */
+static pcops_status knn_cpu_plan(int64_t M, int64_t N, int64_t K, pcops_knn_path requested,
+                                 pcops_knn_path* path) {
+    const int grid_takes = N <= INT32_MAX - 1 && M <= INT32_MAX - 1;
+    switch (requested) {
+        case PCOPS_KNN_AUTO:
+            *path = grid_takes && N >= KNN_GRID_MIN_N && K * KNN_GRID_N_PER_K <= N
+                        ? PCOPS_KNN_GRID
+                        : PCOPS_KNN_BRUTE;
+            return PCOPS_SUCCESS;
+        case PCOPS_KNN_BRUTE:
+            *path = PCOPS_KNN_BRUTE;
+            return PCOPS_SUCCESS;
+        case PCOPS_KNN_GRID:
+        case PCOPS_KNN_GRID_BASELINE:
+            *path = requested;
+            return grid_takes ? PCOPS_SUCCESS : PCOPS_ERROR_INVALID_VALUE;
+        default:
+            return PCOPS_ERROR_INVALID_VALUE;
+    }
+}
+
+/* Bytes of the grid path's workspace: the grids and the query order, carved by knn_cpu.inc's
+ * knn_grid_batch with the same pcops_grid_carve (kernels/grid.h). */
+static size_t knn_grid_workspace(pcops_dtype dtype, int64_t B, int64_t M, int64_t N, int64_t K) {
+    pcops_grid_scratch s;
+    pcops_carver w = pcops_carver_init(NULL);
+    pcops_grid_carve(&w, B, M, N, knn_grid_budget(N, K), pcops_dtype_size(dtype), &s);
+    return pcops_carver_bytes(&w);
 }
 
 size_t pcops_knn_cpu_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
-                                     int64_t K, pcops_knn_path variant) {
+                                     int64_t K, pcops_knn_path requested) {
+    pcops_knn_path path;
     if (B <= 0 || M <= 0 || N < 0 || K < 1) return 0;
-    if (knn_cpu_resolve(M, N, K, variant) != PCOPS_KNN_GRID) return 0;
-    const int64_t budget = knn_grid_budget(N, K);
-    /* the grids, then the query order (kernels/knn_cpu.inc, knn_grid_batch) */
-    return pcops_grid_carve(NULL, B, N, budget, pcops_dtype_size(dtype), NULL) +
-           (size_t)(2 * B * M + B * (budget + 2)) * sizeof(int32_t);
+    if (knn_cpu_plan(M, N, K, requested, &path) != PCOPS_SUCCESS || path == PCOPS_KNN_BRUTE)
+        return 0;
+    return knn_grid_workspace(dtype, B, M, N, K);
 }
 
 pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void* ref,
                                    const int64_t* query_lengths, const int64_t* ref_lengths,
                                    int64_t B, int64_t M, int64_t N, int64_t K,
-                                   pcops_knn_path variant, void* workspace, void* dist2,
+                                   pcops_knn_path requested, void* workspace, void* dist2,
                                    int64_t* idx) {
-    if (knn_cpu_resolve(M, N, K, variant) != PCOPS_KNN_GRID || B <= 0 || M <= 0 || K < 1)
+    pcops_knn_path path;
+    const pcops_status planned = knn_cpu_plan(M, N, K, requested, &path);
+    if (planned != PCOPS_SUCCESS) return planned;
+    if (path == PCOPS_KNN_BRUTE || B <= 0 || M <= 0 || K < 1)
         return pcops_knn_cpu(dtype, query, ref, query_lengths, ref_lengths, B, M, N, K, dist2,
                              idx);
     if (N < 0) return PCOPS_ERROR_INVALID_VALUE;
@@ -363,7 +387,7 @@ pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void
     switch (dtype) {
         case PCOPS_FLOAT32:
 #if KNN_WIDE
-            if (variant != PCOPS_KNN_GRID_BASELINE && knn_wide_list()) {
+            if (path != PCOPS_KNN_GRID_BASELINE && knn_wide_list()) {
                 knn_grid_batch_f32w((const float*)query, (const float*)ref, query_lengths,
                                     ref_lengths, B, M, N, K, budget, workspace, (float*)dist2,
                                     idx);

@@ -122,6 +122,28 @@ int main(int argc, char** argv) {
     lab_check_equal(bq, bq_want, ns, sizeof(int64_t), "cpu ball_query idx vs scan");
     lab_check_equal(count, count_want, (size_t)B * M, sizeof(int64_t), "cpu ball_query count");
 
+    /* The CPU plans refuse a forced path they cannot run, before reading any pointer, and never
+     * run another one instead: the grid on a cloud past int32 indices, a CUDA-only path. */
+    const int64_t huge = (int64_t)1 << 31;
+    lab_check(pcops_knn_cpu_path(PCOPS_FLOAT32, NULL, NULL, NULL, NULL, 1, 1, huge, K,
+                                 PCOPS_KNN_GRID, NULL, NULL, NULL) == PCOPS_ERROR_INVALID_VALUE,
+              "cpu knn: forced grid past int32 refused");
+    lab_check(pcops_knn_cpu_path(PCOPS_FLOAT32, NULL, NULL, NULL, NULL, 1, 1, huge, K,
+                                 PCOPS_KNN_GRID_BASELINE, NULL, NULL,
+                                 NULL) == PCOPS_ERROR_INVALID_VALUE,
+              "cpu knn: forced grid_baseline past int32 refused");
+    lab_check(pcops_knn_cpu_path(PCOPS_FLOAT32, query, ref, ql, rl, B, M, N, K,
+                                 PCOPS_KNN_WARP_SELECT, NULL, dist, idx) == PCOPS_ERROR_INVALID_VALUE,
+              "cpu knn: forced CUDA path refused");
+    lab_check(pcops_ball_query_cpu_path(PCOPS_FLOAT32, NULL, NULL, NULL, NULL, 1, 1, huge,
+                                        kRadius2, S, PCOPS_BALL_QUERY_GRID, NULL, NULL,
+                                        NULL) == PCOPS_ERROR_INVALID_VALUE,
+              "cpu ball_query: forced grid past int32 refused");
+    lab_check(pcops_ball_query_cpu_path(PCOPS_FLOAT32, query, ref, ql, rl, B, M, N, kRadius2, S,
+                                        PCOPS_BALL_QUERY_BRUTE_SPLIT, NULL, bq,
+                                        count) == PCOPS_ERROR_INVALID_VALUE,
+              "cpu ball_query: forced CUDA path refused");
+
 #ifdef PCOPS_WITH_CUDA
     if (lab_gpu()) {
         KnnArgs a;
