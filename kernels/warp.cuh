@@ -9,59 +9,30 @@
 
 namespace pcops_warp {
 
-__device__ __forceinline__ uint32_t sum_u32(uint32_t v) {
+// name(v): v reduced over the warp, on every lane: the redux instruction on sm_80+, else a
+// butterfly of five shuffles combined by combine(mine, other).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_add_sync(0xffffffffu, v);
+#define PCOPS_WARP_REDUCE(name, T, redux, combine) \
+    __device__ __forceinline__ T name(T v) { return redux(0xffffffffu, v); }
 #else
-    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
+#define PCOPS_WARP_REDUCE(name, T, redux, combine)                       \
+    __device__ __forceinline__ T name(T v) {                             \
+        for (int off = 16; off > 0; off /= 2)                            \
+            v = combine(v, __shfl_xor_sync(0xffffffffu, v, off));        \
+        return v;                                                        \
+    }
 #endif
-}
 
-__device__ __forceinline__ uint32_t max_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_max_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
+__device__ __forceinline__ uint32_t plus(uint32_t a, uint32_t b) { return a + b; }
+__device__ __forceinline__ uint32_t bit_or(uint32_t a, uint32_t b) { return a | b; }
 
-__device__ __forceinline__ uint32_t min_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_min_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
-
-__device__ __forceinline__ int32_t min_i32(int32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_min_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
-
-__device__ __forceinline__ int32_t max_i32(int32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_max_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
-
-__device__ __forceinline__ uint32_t or_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_or_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v |= __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-#endif
-}
+PCOPS_WARP_REDUCE(sum_u32, uint32_t, __reduce_add_sync, plus)
+PCOPS_WARP_REDUCE(max_u32, uint32_t, __reduce_max_sync, max)
+PCOPS_WARP_REDUCE(min_u32, uint32_t, __reduce_min_sync, min)
+PCOPS_WARP_REDUCE(min_i32, int32_t, __reduce_min_sync, min)
+PCOPS_WARP_REDUCE(max_i32, int32_t, __reduce_max_sync, max)
+PCOPS_WARP_REDUCE(or_u32, uint32_t, __reduce_or_sync, bit_or)
+#undef PCOPS_WARP_REDUCE
 
 // For each j < N, v[j] reduced over the warp on every lane: by lo(mine, other) for j < n, by
 // hi(mine, other) for the others. A butterfly of shuffles, the N values side by side at each
