@@ -13,7 +13,7 @@ _REGISTER_CAPACITY = {"warp": (1024, 512), "block": (8192, 4096)}
 
 # the grouped bucket paths: static shared memory of the kernel and dynamic bytes a bucket
 # (kGroupsStaticSmem / kGroupsSmemPerBucket, kRoundsStaticSmem / kRoundsSmemPerBucket)
-_GROUPED = {"bucket_groups": (2 * 16 * 20 + 2 * 4, 24),
+_GROUPED = {"bucket_groups": (KIB, 24),
             "bucket_rounds": (5 * KIB, 28),
             "bucket_rounds_cluster": (5 * KIB, 28)}
 
