@@ -75,7 +75,9 @@ def test_fps(modes, gen, path):
 def test_knn(modes, gen, path):
     q, r = tiny_points(gen, 3, 300, 3), tiny_points(gen, 3, 2000, 3)
     dist2, idx = check_same(modes(lambda: force("knn", path, q, r, 8)), f"knn {path}")
-    assert (dist2 > 0).all()
+    # denormal distances, not flushed ones (a few are exact zeros in IEEE arithmetic too: the
+    # nearest refs can differ by less than sqrt of the smallest denormal in every coordinate)
+    assert (dist2 > 0).float().mean() > 0.9
     if HAS_CUDA:
         got = pcops.knn(q.cuda(), r.cuda(), 8)
         assert_equal(got[1].cpu(), idx, what="knn CUDA idx")
