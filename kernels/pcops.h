@@ -381,6 +381,9 @@ typedef struct pcops_fps_cuda_plan {
     pcops_dtype dtype;
     int64_t B, N;
     size_t workspace_bytes; /* bytes of device workspace pcops_fps_cuda_run needs */
+    size_t smem_bytes;      /* BLOCK_PRUNED, BUCKET*: shared memory a block takes, static and
+                               dynamic, within the device's opt-in limit (the plan refuses
+                               more); 0 for the other paths (a few KiB at most) */
 } pcops_fps_cuda_plan;
 
 cudaError_t pcops_fps_cuda_make_plan(pcops_dtype dtype, int64_t B, int64_t N, int64_t npoint,

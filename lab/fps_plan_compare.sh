@@ -3,9 +3,10 @@
 # (default HEAD)? Builds lab/fps_plan_dump.cpp against each tree's kernels/fps.cu (sm_90 host
 # code; ptxas -O0, as the dump never launches a kernel) and compares the dumps: AUTO's and every
 # forced path's plan (path, shape, workspace bytes, the kernels it asked the runtime about) for
-# about 400 000 (dtype, B, N, npoint, path) on each of nine simulated devices (sm_75 to
+# about 400 000 (dtype, B, N, npoint, path) on each of eleven simulated devices (sm_75 to
 # sm_120). No GPU needed; a few minutes on two cores. Prints the first differing lines and
-# exits 1 when the plans differ.
+# exits 1 when the plans differ. FPS_PLAN_SIMS=text compares only the simulated devices whose
+# name contains text (e.g. FPS_PLAN_SIMS="sm_90 " lab/fps_plan_compare.sh main).
 set -euo pipefail
 rev=${1:-HEAD}
 root=$(cd "$(dirname "$0")/.." && pwd)

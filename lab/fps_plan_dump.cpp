@@ -10,6 +10,11 @@
  * tree's plans against those of git revision OLD (run it after any change to
  * kernels/fps/plan.cuh or to a path's plan function).
  *
+ * FPS_PLAN_SIMS=text limits the dump to the simulated devices whose name contains `text` (e.g.
+ * "sm_90 "). `--check-smem` prints nothing but the plans whose shared memory (the plan's
+ * smem_bytes, static and dynamic) exceeds their device's opt-in limit, and exits 1 if any does
+ * (tests/test_fps_plan_smem.py runs it).
+ *
  *   nvcc -std=c++17 -arch=sm_90 -Xptxas -O0 -Ikernels lab/fps_plan_dump.cpp kernels/fps.cu \
  *        -cudart shared -o /tmp/fps_plan_dump && /tmp/fps_plan_dump > plans.txt
  */
@@ -37,17 +42,20 @@ struct Sim {
     int ptx_version;       // cudaFuncGetAttributes: 90 a build with sm_90 code, 80 without
     int clusters;          // cudaOccupancyMaxActiveClusters
     int grid_threads;      // co-resident blocks an SM: grid_threads / blockSize (0: none)
+    int smem_optin_kib;    // cudaDevAttrMaxSharedMemoryPerBlockOptin, KiB
 };
 const Sim kSims[] = {
-    {"sm_75 40 SMs", 7, 40, 1, 75, 0, 2048},
-    {"sm_80 108 SMs", 8, 108, 1, 80, 0, 2048},
-    {"sm_86 28 SMs no coop", 8, 28, 0, 80, 0, 2048},
-    {"sm_90 132 SMs", 9, 132, 1, 90, 1, 2048},
-    {"sm_90 114 SMs", 9, 114, 1, 90, 1, 1024},
-    {"sm_90 132 SMs, no sm_90 code", 9, 132, 1, 80, 1, 2048},
-    {"sm_90 132 SMs, no cluster fits", 9, 132, 1, 90, 0, 0},
-    {"sm_120 170 SMs", 12, 170, 1, 120, 1, 1536},
-    {"sm_120 30 SMs", 12, 30, 1, 120, 1, 1536},
+    {"sm_75 40 SMs", 7, 40, 1, 75, 0, 2048, 64},                   // T4
+    {"sm_80 108 SMs", 8, 108, 1, 80, 0, 2048, 163},                // A100
+    {"sm_86 28 SMs no coop", 8, 28, 0, 80, 0, 2048, 99},           // RTX 3090-class
+    {"sm_90 132 SMs", 9, 132, 1, 90, 1, 2048, 227},                // H100, H200
+    {"sm_90 114 SMs", 9, 114, 1, 90, 1, 1024, 227},
+    {"sm_90 132 SMs, no sm_90 code", 9, 132, 1, 80, 1, 2048, 227},
+    {"sm_90 132 SMs, no cluster fits", 9, 132, 1, 90, 0, 0, 227},
+    {"sm_120 170 SMs", 12, 170, 1, 120, 1, 1536, 99},              // RTX 5090-class
+    {"sm_120 30 SMs", 12, 30, 1, 120, 1, 1536, 99},
+    {"sm_89 128 SMs", 8, 128, 1, 80, 0, 1536, 99},                 // RTX 4090
+    {"sm_100 148 SMs", 10, 148, 1, 100, 1, 2048, 227},             // B200
 };
 const Sim* sim = &kSims[0];
 
@@ -109,7 +117,7 @@ cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr att
         case cudaDevAttrComputeCapabilityMajor: *value = sim->major; break;
         case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
         case cudaDevAttrCooperativeLaunch: *value = sim->cooperative; break;
-        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = sim->smem_optin_kib * 1024; break;
         case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = 228 * 1024; break;
         case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 * 1024; break;
         case cudaDevAttrMaxThreadsPerMultiProcessor: *value = 2048; break;
@@ -151,7 +159,20 @@ cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
 }
 }
 
-int main() {
+// The plan's shared memory where its pcops.h has the field (0 where it has not: an older tree).
+template <class P>
+auto smem_of(const P& p, int) -> decltype((size_t)p.smem_bytes) {
+    return p.smem_bytes;
+}
+template <class P>
+size_t smem_of(const P&, long) {
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    const bool check_smem = argc > 1 && strcmp(argv[1], "--check-smem") == 0;
+    const char* only = getenv("FPS_PLAN_SIMS");
+    long over = 0, plans = 0;
     load_names();
     const int64_t Bs[] = {1, 2, 3, 4, 8, 13, 14, 16, 17, 21, 22, 32, 64, 100, 1000, 40000,
                           300000, 268435456, 268435457, (int64_t)INT_MAX + 1};
@@ -165,8 +186,9 @@ int main() {
     const int64_t Ps[] = {0, 1, 2, 100, 1000, 1999, 2047, 2048, 2049, 100000};
     const pcops_dtype dtypes[] = {PCOPS_FLOAT32, PCOPS_FLOAT64, PCOPS_FLOAT16};
     for (const Sim& s : kSims) {
+        if (only && !strstr(s.name, only)) continue;
         sim = &s;
-        printf("# %s\n", s.name);
+        if (!check_smem) printf("# %s\n", s.name);
         for (pcops_dtype dtype : dtypes)
             for (int64_t B : Bs)
                 for (int64_t N : Ns)
@@ -178,6 +200,18 @@ int main() {
                             asked.clear();
                             const cudaError_t err =
                                 pcops_fps_cuda_make_plan(dtype, B, N, npoint, path, &p);
+                            if (check_smem) {
+                                if (err != cudaSuccess) continue;
+                                ++plans;
+                                if (smem_of(p, 0) > (size_t)s.smem_optin_kib * 1024) {
+                                    ++over;
+                                    printf("%s: d%d B%lld N%lld n%lld path%d: path %d takes %zu "
+                                           "bytes of shared memory\n",
+                                           s.name, (int)dtype, (long long)B, (long long)N,
+                                           (long long)npoint, path, p.path, smem_of(p, 0));
+                                }
+                                continue;
+                            }
                             printf("d%d B%lld N%lld n%lld path%d: ", (int)dtype, (long long)B,
                                    (long long)N, (long long)npoint, path);
                             if (err != cudaSuccess) {
@@ -192,5 +226,7 @@ int main() {
                                    (long long)p.N, p.workspace_bytes, asked.c_str());
                         }
     }
-    return 0;
+    if (check_smem)
+        printf("fps_plan_dump: %ld of %ld plans past their device's shared memory\n", over, plans);
+    return over > 0 ? 1 : 0;
 }

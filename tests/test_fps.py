@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+import fps_capacity
 import pcops
 from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, rand_points, random_lengths
 
@@ -559,23 +560,30 @@ def test_path_op_opcheck(device, gen):
                           (xyz, 10, None, None, PATHS["furthest_point_sample"]["simple"][0]))
 
 
-# Points a forced CUDA path takes per cloud (the plan functions of kernels/fps/*.cuh:
-# plan_group, plan_pruned, plan_bucket_groups, plan_bucket_rounds): above these it raises
-# ValueError; "cluster", "grid" and "bucket" take any size; "bucket_groups" and "bucket_rounds"
-# are float32 only (4096 buckets of up to 256 points).
-CUDA_PATH_CAPACITY = {"warp": {torch.float32: 1024, torch.float64: 512},
-                      "block": {torch.float32: 8192, torch.float64: 4096},
-                      "block_pruned": {torch.float32: 12288, torch.float64: 4096},
-                      "bucket_groups": {torch.float32: 4096 * 256, torch.float64: 0},
-                      "bucket_rounds": {torch.float32: 4096 * 256, torch.float64: 0},
-                      "bucket_rounds_cluster": {torch.float32: 8 * 4096 * 256, torch.float64: 0}}
+# Whether a forced CUDA path takes a cloud of N points on the current GPU (tests/fps_capacity.py:
+# the plan functions of kernels/fps/*.cuh, the shared-memory paths by the GPU's opt-in limit):
+# True, False (it raises ValueError), None (it does not run for the dtype: bucket_groups and
+# the bucket_rounds paths are float32 only). warp, block: registers; block_pruned and the grouped
+# bucket paths: registers and shared memory; simple, cluster, grid and bucket: any size.
 BUCKET_PATHS = ["bucket", "bucket_groups", "bucket_rounds", "bucket_rounds_cluster"]
 
 
+def _smem_optin():
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return getattr(props, "shared_memory_per_block_optin", fps_capacity.H100_OPTIN)
+
+
+def _takes(variant, dtype, N):
+    return fps_capacity.path_takes(variant, torch.finfo(dtype).bits // 8, N, _smem_optin())
+
+
+def _grouped_capacity(variant):
+    return fps_capacity.grouped_capacity(variant, _smem_optin())
+
+
 def _skip_unless_path_takes(variant, dtype, N=1):
-    cap = CUDA_PATH_CAPACITY.get(variant, {}).get(dtype)
-    if cap is not None and N > cap:
-        pytest.skip(f"{variant} does not take {dtype} clouds of {N} points (tested to refuse)")
+    if not _takes(variant, dtype, N):
+        pytest.skip(f"{variant} does not take {dtype} clouds of {N} points here (tested to refuse)")
 
 
 @pytest.mark.parametrize("variant", ["simple", "warp", "block", "block_pruned", "cluster", "grid",
@@ -591,12 +599,12 @@ def test_cuda_every_path_equals_cpu(cuda, gen, variant, case, N, npoint, dtype):
     bits on the same inputs, or refuses sizes beyond its documented capacity."""
     xyz, lengths, start = _path_inputs(case, 3, N, gen, dtype)
     cpu = fps_path(xyz, npoint, lengths, start, path="simple")
-    cap = CUDA_PATH_CAPACITY.get(variant, {}).get(dtype)
-    if cap == 0:
+    takes = _takes(variant, dtype, N)
+    if takes is None:
         with pytest.raises(ValueError, match=f"path '{variant}' does not run on CUDA for float64"):
             fps_path(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), path=variant)
         return
-    if cap is not None and N > cap:
+    if not takes:
         with pytest.raises(ValueError, match=f"path '{variant}' cannot take these inputs"):
             fps_path(xyz.cuda(), npoint, lengths.cuda(), start.cuda(), path=variant)
         return
@@ -624,8 +632,14 @@ def test_cuda_large_cloud_paths_equal_cpu(cuda, gen, variant, dtype):
 @pytest.mark.parametrize("variant", ["bucket_groups", "bucket_rounds"])
 @pytest.mark.parametrize("N", [300_000, 600_000, 4096 * 256])
 def test_cuda_bucket_groups_large_buckets_equal_cpu(cuda, gen, N, variant):
-    """bucket_groups / bucket_rounds with 128, 256 and 256 points a bucket (4096 buckets at most),
-    a ragged batch, and the first size past their capacity refused."""
+    """bucket_groups / bucket_rounds with 128, 256 and 256 points a bucket (4096 buckets at most,
+    fewer where the GPU's shared memory holds fewer), a ragged batch, and the first size past
+    their capacity refused."""
+    cap = _grouped_capacity(variant)
+    if N > cap:
+        with pytest.raises(ValueError, match=f"path '{variant}' cannot take these inputs"):
+            fps_path(torch.rand(1, N, 3, device="cuda"), 10, path=variant)
+        N = cap
     xyz = rand_points(2, N, gen)
     lengths = torch.tensor([N, N // 3 + 1])
     start = torch.tensor([N - 1, 5])
@@ -633,7 +647,7 @@ def test_cuda_bucket_groups_large_buckets_equal_cpu(cuda, gen, N, variant):
     gpu = fps_path(xyz.cuda(), 500, lengths.cuda(), start.cuda(), path=variant)
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
-    if N == 4096 * 256:
+    if N == cap:
         with pytest.raises(ValueError, match=f"path '{variant}' cannot take these inputs"):
             fps_path(torch.rand(1, N + 1, 3, device="cuda"), 10, path=variant)
 
@@ -652,8 +666,8 @@ def test_cuda_bucket_rounds_cluster_equals_cpu(cuda, gen, N, lengths):
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
     with pytest.raises(ValueError, match="path 'bucket_rounds_cluster' cannot take these inputs"):
-        fps_path(torch.rand(1, 8 * 4096 * 256 + 1, 3, device="cuda"), 10,
-                    path="bucket_rounds_cluster")
+        fps_path(torch.rand(1, _grouped_capacity("bucket_rounds_cluster") + 1, 3, device="cuda"),
+                 10, path="bucket_rounds_cluster")
 
 
 def test_cuda_rejects_the_cpu_tree_path(cuda):
@@ -691,6 +705,40 @@ def test_cuda_block_pruned_every_sample_equals_cpu(cuda, gen, case, N, dtype):
     gpu = fps_path(xyz.cuda(), N, lengths.cuda(), start.cuda(), path="block_pruned")
     assert_equal(gpu[0], cpu[0], what="idx")
     assert_equal(gpu[1], cpu[1], what="dist2")
+
+
+def _pruned_edges(dtype):
+    """The cloud sizes each side of every edge of block_pruned's reach on this GPU: where its
+    shared memory stops (or, past the registers, starts again) fitting the opt-in limit, and
+    where its shapes end (12288 float, 4096 double points)."""
+    edges, before = set(), None
+    for N in range(1, 12290):
+        fits = bool(_takes("block_pruned", dtype, N))
+        if before is not None and fits != before:
+            edges.update((N - 1, N))
+        before = fits
+    return sorted(edges)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_block_pruned_at_the_edges_of_shared_memory_runs_or_raises(cuda, gen, dtype):
+    """block_pruned forced at the largest sizes this GPU's shared memory takes runs and gives the
+    CPU's bits, one point more raises ValueError (never a launch failure); AUTO runs every one
+    of those sizes (BLOCK or a bucket path where block_pruned does not fit)."""
+    for N in _pruned_edges(dtype):
+        xyz, lengths, start = _path_inputs("uniform", 2, N, gen, dtype)
+        cpu = fps_path(xyz, 300, lengths, start, path="simple")
+        args = (xyz.cuda(), 300, lengths.cuda(), start.cuda())
+        if _takes("block_pruned", dtype, N):
+            gpu = fps_path(*args, path="block_pruned")
+            assert_equal(gpu[0], cpu[0], what=f"idx, N = {N}")
+            assert_equal(gpu[1], cpu[1], what=f"dist2, N = {N}")
+        else:
+            with pytest.raises(ValueError, match="path 'block_pruned' cannot take these inputs"):
+                fps_path(*args, path="block_pruned")
+        auto = fps_op(*args)
+        assert_equal(auto[0], cpu[0], what=f"AUTO idx, N = {N}")
+        assert_equal(auto[1], cpu[1], what=f"AUTO dist2, N = {N}")
 
 
 @pytest.mark.parametrize("variant", BUCKET_PATHS)
@@ -761,6 +809,7 @@ def test_cuda_sanitizer_register_slots(cuda, gen, variant, N):
 def test_cuda_sanitizer_block_pruned_shared_points(cuda, gen):
     """block_pruned past 8192 float points: the points in shared memory over the sort's scratch
     (20 warps), a ragged batch with duplicates."""
+    _skip_unless_path_takes("block_pruned", torch.float32, 10_000)
     xyz, lengths, start = _path_inputs("duplicates", 2, 10_000, gen, torch.float32)
     gpu = fps_path(xyz.cuda(), 300, lengths.cuda(), start.cuda(), path="block_pruned")
     cpu = fps_path(xyz, 300, lengths, start, path="simple")

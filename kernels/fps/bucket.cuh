@@ -267,6 +267,13 @@ __device__ __forceinline__ Candidate<T> bucket_step_winner(Sample<T> (&samples)[
     return c;
 }
 
+// Static shared memory of fps_bucket_kernel (the warps' samples), counted against the opt-in
+// limit.
+template <typename T>
+__host__ __device__ constexpr size_t bucket_static_smem() {
+    return (size_t)2 * 16 * sizeof(Sample<T>);
+}
+
 // Dynamic shared memory: the coordinates of each bucket's candidate (3 * buckets T), written
 // and read only by the warp that owns the bucket. (A warp updates its flagged buckets one at a
 // time: holding several in flight at once costs more registers than it saves.)
@@ -278,6 +285,7 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
                   int64_t* __restrict__ idx, T* __restrict__ dist2) {
     extern __shared__ __align__(16) unsigned char fps_smem[];
     __shared__ Sample<T> samples[2][16];  // the warps' candidates, by step parity
+    static_assert(sizeof(samples) == bucket_static_smem<T>(), "the plan's count");
     T* bucket_xyz = reinterpret_cast<T*>(fps_smem);
     const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t b = blockIdx.x;
@@ -354,9 +362,10 @@ fps_bucket_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
 
 // Shape of a BUCKET plan: buckets of 32 * ppl points, at most 4096 per cloud (16 warps of 32
 // lanes with 8 slots each; 2048 and 4 for double); 1 to 16 warps, 1, 2, 4 or 8 slots per lane.
-// False when B * N > INT_MAX (sorted positions are int and cub sorts an int count of items).
+// False when B * N > INT_MAX (sorted positions are int and cub sorts an int count of items), or
+// past the device's shared memory (48 KiB of dynamic at most: every supported GPU holds it).
 template <typename T>
-bool plan_bucket(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
+bool plan_bucket(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N) {
     if (B * N > INT_MAX) return false;
     const int max_slots = sizeof(T) == 4 ? 8 : 4;  // without spilling (-Xptxas -v, sm_90)
     const int64_t Np = N > 0 ? N : 1;
@@ -374,7 +383,9 @@ bool plan_bucket(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
     p->clouds_per_block = 1;
     p->blocks_per_cloud = 1;
     p->blocks = B;
-    return true;
+    const size_t bytes = (size_t)3 * buckets * sizeof(T);  // launch_bucket's (N = 0: 1 bucket)
+    p->smem_bytes = bytes + bucket_static_smem<T>();
+    return smem_fits(d, bytes, bucket_static_smem<T>());
 }
 
 // Launches BUCKET on the sorted points (sort_into_buckets) and the workspace's temps.

@@ -20,8 +20,9 @@
  * BLOCK_PRUNED's reach, up to one block's 4096 buckets of 256 points (2**20), when fewer
  * samples are asked than BUCKET_ROUNDS needs to pay off (rounds_min_samples in plan.cuh).
  *
- * Invariants: at most 4096 buckets a cloud (the shared memory of the candidates and the list:
- * 24 bytes a bucket); B * N <= 2**31 - 1 (the sort's). The group helpers here (group_setup,
+ * Invariants: at most 4096 buckets a cloud, and no more than the device's shared memory holds
+ * (the candidates and the list: 24 bytes a bucket; 4096 need 96 KiB, past sm_75's limit, where
+ * the plan takes larger buckets); B * N <= 2**31 - 1 (the sort's). The group helpers here (group_setup,
  * farthest_kept) are BUCKET_ROUNDS' too.
  */
 #pragma once
@@ -94,6 +95,11 @@ __device__ __forceinline__ Candidate<float> farthest_kept(const Bucket<float> (&
     return c[0];
 }
 
+// Static shared memory of fps_bucket_groups_kernel (its arrays and their alignment: 656 bytes
+// on sm_90), and its dynamic shared memory a bucket; counted against the opt-in limit.
+constexpr size_t kGroupsStaticSmem = 1024;
+constexpr size_t kGroupsSmemPerBucket = sizeof(float4) + 2 * sizeof(int);
+
 template <int G, int PPL>
 __global__ void __launch_bounds__(512)
 fps_bucket_groups_kernel(const float* __restrict__ xyz, const int64_t* __restrict__ lengths,
@@ -105,6 +111,8 @@ fps_bucket_groups_kernel(const float* __restrict__ xyz, const int64_t* __restric
     extern __shared__ __align__(16) unsigned char fps_smem[];
     __shared__ Sample<float> samples[2][16];  // the warps' candidates, by step parity
     __shared__ int flagged_count[2];          // list lengths, by step parity
+    static_assert(sizeof(samples) + sizeof(flagged_count) + 2 * 16 <= kGroupsStaticSmem,
+                  "the plan's count, with room for each array's alignment");
     const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t b = blockIdx.x;
     const CloudRow<float> row(xyz, lengths, b, N, npoint, idx, dist2);
@@ -225,17 +233,19 @@ fps_bucket_groups_kernel(const float* __restrict__ xyz, const int64_t* __restric
 // launcher
 
 // Shape of a BUCKET_GROUPS plan (float only): buckets of 32 * ppl points (ppl 1, 2, 4 or 8),
-// at most 4096 per cloud (24 bytes of shared memory each), so at most 512 groups of 8: one a
-// lane, the groups spread over up to 16 warps. False for double, past 4096 buckets, or when
-// B * N > INT_MAX.
+// at most 4096 per cloud (24 bytes of shared memory each: fewer where the device's shared
+// memory holds fewer), so at most 512 groups of 8: one a lane, the groups spread over up to 16
+// warps. False for double, past that many buckets, or when B * N > INT_MAX.
 template <typename T>
-bool plan_bucket_groups(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
+bool plan_bucket_groups(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N) {
     if (sizeof(T) != 4 || B * N > INT_MAX) return false;
+    const int64_t max_buckets = std::min<int64_t>(
+        kMaxGroupedBuckets, smem_units(d, kGroupsStaticSmem, kGroupsSmemPerBucket));
     const int64_t Np = N > 0 ? N : 1;
     int64_t ppl = 1;
-    while (ppl < 8 && (Np + 32 * ppl - 1) / (32 * ppl) > kMaxGroupedBuckets) ppl *= 2;
+    while (ppl < 8 && (Np + 32 * ppl - 1) / (32 * ppl) > max_buckets) ppl *= 2;
     const int64_t buckets = (Np + 32 * ppl - 1) / (32 * ppl);
-    if (buckets > kMaxGroupedBuckets) return false;
+    if (buckets > max_buckets) return false;
     // buckets a lane: the fewest that leave at most 512 groups, over as many warps as there
     // are groups, up to 16 (fewer warps with more buckets a lane are slower: the list of a
     // step is shared out over fewer warps)
@@ -250,6 +260,7 @@ bool plan_bucket_groups(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
     p->clouds_per_block = 1;
     p->blocks_per_cloud = 1;
     p->blocks = B;
+    p->smem_bytes = buckets * kGroupsSmemPerBucket + kGroupsStaticSmem;
     return true;
 }
 
@@ -262,8 +273,9 @@ cudaError_t launch_bucket_groups(const pcops_fps_cuda_plan* p, const BucketPoint
                                  int64_t* idx, T* dist2, cudaStream_t stream) {
     if constexpr (sizeof(T) == 4) {
         const int64_t S = 32 * (int64_t)p->points_per_thread;
-        // each bucket's farthest point and index, the list: <= 96 KiB (4096 buckets)
-        const size_t smem = (size_t)((N + S - 1) / S) * (sizeof(float4) + 2 * sizeof(int));
+        // each bucket's farthest point and index, the list: <= 96 KiB (4096 buckets; the plan
+        // keeps within the device's limit)
+        const size_t smem = (size_t)((N + S - 1) / S) * kGroupsSmemPerBucket;
         auto launch = [&](auto kernel) {
             cudaError_t err = cudaFuncSetAttribute(
                 kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

@@ -39,7 +39,9 @@
  * rounds_cluster_min_points) when the batch leaves 8 SMs for each cloud: a cluster of 8 blocks
  * then works on each cloud, whatever the number of samples.
  *
- * Invariants: at most 4096 buckets a block (shared memory: 28 bytes a bucket), at most 32
+ * Invariants: at most 4096 buckets a block, and no more than the device's shared memory holds
+ * (28 bytes a bucket: 4096 need 112 KiB, past the 99 KiB of sm_86, sm_89 and sm_120, where the
+ * plan takes larger buckets), at most 32
  * candidates a round (a lane each); B * N <= 2**31 - 1 (the sort's); the cluster kernel's body
  * exists only in sm_90+ code (the plan checks the build, as for CLUSTER).
  */
@@ -114,6 +116,18 @@ struct ClusterScope {
 #endif
 };
 
+// Static shared memory of fps_bucket_rounds_kernel (its arrays and their alignment: 4512 bytes
+// on sm_90), and its dynamic shared memory a bucket; counted against the opt-in limit.
+constexpr size_t kRoundsStaticSmem = 5 * 1024;
+constexpr size_t kRoundsSmemPerBucket = sizeof(float4) + sizeof(int2) + sizeof(int);
+
+// The buckets a BUCKET_ROUNDS block takes on device d: 4096, or as many as its shared memory
+// holds where that is fewer.
+inline int64_t rounds_block_max_buckets(const Device& d) {
+    return std::min<int64_t>(kMaxGroupedBuckets,
+                             smem_units(d, kRoundsStaticSmem, kRoundsSmemPerBucket));
+}
+
 template <int G, int PPL, class Scope>
 __global__ void __launch_bounds__(512)
 fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restrict__ lengths,
@@ -132,6 +146,10 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
     __shared__ int order[kRoundCap];          // list position of each rank
     __shared__ unsigned bad_pos[2];           // candidates whose temp a farther one lowers
                                               // (bits by list position), by round parity
+    static_assert(sizeof(list) + sizeof(cands) + sizeof(wbest) + sizeof(list_count) +
+                          sizeof(entry_count) + sizeof(newkey) + sizeof(order) +
+                          sizeof(bad_pos) + 8 * 16 <= kRoundsStaticSmem,
+                  "the plan's count, with room for each array's alignment");
     const Scope scope;
     const unsigned C = scope.size(), rank = scope.rank();
     const int warps = blockDim.x >> 5, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -476,8 +494,9 @@ fps_bucket_rounds_kernel(const float* __restrict__ xyz, const int64_t* __restric
 
 // Shape of a BUCKET_ROUNDS plan (float only): buckets of 32 * ppl points as in BUCKET_GROUPS,
 // `blocks` blocks a cloud (1, or a cluster of 2, 4 or 8 on sm_90: BUCKET_ROUNDS_CLUSTER)
-// holding a contiguous range of at most 4096 of them each, in groups of 1-8 (<= 512 groups a
-// block, 32 a warp), at least 2 warps a block. False for double, past 4096 buckets a block,
+// holding a contiguous range of at most 4096 of them each (fewer where the device's shared
+// memory holds fewer), in groups of 1-8 (<= 512 groups a block, 32 a warp), at least 2 warps a
+// block. False for double, past that many buckets a block,
 // when B * N > INT_MAX, or (cluster) without clusters in the device or the build.
 template <typename T>
 bool plan_bucket_rounds(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N,
@@ -498,13 +517,14 @@ bool plan_bucket_rounds(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int6
         const int64_t buckets = (Np + 31) / 32;
         blocks = buckets >= 8 * 32 ? 8 : buckets >= 4 * 32 ? 4 : 2;
     }
+    const int64_t max_buckets = rounds_block_max_buckets(d);
     int64_t ppl = 1;
     auto per_block = [&](int64_t q) {
         return ((Np + 32 * q - 1) / (32 * q) + blocks - 1) / blocks;
     };
-    while (ppl < 8 && per_block(ppl) > kMaxGroupedBuckets) ppl *= 2;
+    while (ppl < 8 && per_block(ppl) > max_buckets) ppl *= 2;
     const int64_t buckets = per_block(ppl);
-    if (buckets > kMaxGroupedBuckets || B * blocks > INT_MAX) return false;
+    if (buckets > max_buckets || B * blocks > INT_MAX) return false;
     int group = 1;
     while ((buckets + group - 1) / group > kMaxBucketGroups) group *= 2;
     const int64_t groups = (buckets + group - 1) / group;
@@ -516,6 +536,7 @@ bool plan_bucket_rounds(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int6
     p->clouds_per_block = 1;
     p->blocks_per_cloud = (int)blocks;
     p->blocks = B * blocks;
+    p->smem_bytes = buckets * kRoundsSmemPerBucket + kRoundsStaticSmem;
     return true;
 }
 
@@ -529,10 +550,10 @@ cudaError_t launch_bucket_rounds(const pcops_fps_cuda_plan* p, const BucketPoint
     if constexpr (sizeof(T) == 4) {
         const int64_t S = 32 * (int64_t)p->points_per_thread;
         // a block's buckets: each one's farthest point, index and flagged-list slot
-        // (<= 112 KiB)
+        // (<= 112 KiB; the plan keeps within the device's limit)
         const int64_t blocks = p->blocks_per_cloud;
-        const size_t smem = (size_t)(((N + S - 1) / S + blocks - 1) / blocks) *
-                            (sizeof(float4) + sizeof(int2) + sizeof(int));
+        const size_t smem =
+            (size_t)(((N + S - 1) / S + blocks - 1) / blocks) * kRoundsSmemPerBucket;
         auto launch = [&](auto kernel) {
             cudaError_t err = cudaFuncSetAttribute(
                 kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);

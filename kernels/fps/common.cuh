@@ -402,6 +402,7 @@ int max_threads_for(int ppt) {
 
 struct Device {
     int sms = 0, major = 0, cooperative = 0;
+    int smem_optin = 0;  // shared memory a block may opt in to, static and dynamic (bytes)
 };
 
 inline cudaError_t current_device(Device* d) {
@@ -413,7 +414,22 @@ inline cudaError_t current_device(Device* d) {
         err = cudaDeviceGetAttribute(&d->major, cudaDevAttrComputeCapabilityMajor, device);
     if (err == cudaSuccess)
         err = cudaDeviceGetAttribute(&d->cooperative, cudaDevAttrCooperativeLaunch, device);
+    if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&d->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                     device);
     return err;
+}
+
+// Whether a block with `static_bytes` of __shared__ arrays and `dynamic_bytes` of dynamic shared
+// memory fits device d (cudaFuncSetAttribute refuses more than the opt-in limit).
+inline bool smem_fits(const Device& d, size_t dynamic_bytes, size_t static_bytes) {
+    return dynamic_bytes + static_bytes <= (size_t)d.smem_optin;
+}
+
+// The most dynamic shared memory a kernel with `static_bytes` of __shared__ arrays may take on
+// device d, in units of `per` bytes (e.g. buckets of a bucket path).
+inline int64_t smem_units(const Device& d, size_t static_bytes, size_t per) {
+    return d.smem_optin > (int)static_bytes ? (int64_t)((d.smem_optin - static_bytes) / per) : 0;
 }
 
 // The smallest register slot count (of 2, 4, 8, 16) with which `threads_max`-capped blocks

@@ -4,15 +4,19 @@
  *
  * Two questions, kept apart (as PyTorch3D's kNN keeps KnnCheckVersion from ChooseVersion):
  *   - eligibility, plan_path: may this path run these sizes here, and in which shape? Each
- *     path's plan function (in its own file) answers: registers, shared memory, clusters in
- *     the device and in the build, co-residency, int-sized counts. A forced path asks only this.
+ *     path's plan function (in its own file) answers: registers, shared memory (static and
+ *     dynamic, against the device's opt-in limit), clusters in the device and in the build,
+ *     co-residency, int-sized counts. A forced path asks only this.
  *   - preference, preferred_path: which path AUTO wants for (dtype, B, N, npoint) on this
  *     device. A pure function of the sizes, the device's compute capability and SM count, and
  *     the tuning row of its architecture (kTunings below). It only names a path whose dtype,
  *     size limits and clusters the inputs meet; plan_path checks the rest.
- * AUTO plans its preferred path. If that path cannot run, BLOCK_PRUNED falls back to BLOCK,
+ * AUTO plans its preferred path. If that path cannot run, BLOCK_PRUNED falls back to the path
+ * AUTO prefers without it (BLOCK within the registers' reach, else a bucket path: e.g. a cloud
+ * whose copy in shared memory a GPU of less than 227 KiB a block cannot hold),
  * BUCKET_ROUNDS_CLUSTER to BUCKET_ROUNDS (when one block can take the cloud: e.g. a build
- * without sm_90 code), anything else to SIMPLE, which runs any size.
+ * without sm_90 code), BUCKET_ROUNDS and BUCKET_GROUPS to BUCKET (more buckets than the device's
+ * shared memory holds), anything else to SIMPLE, which runs any size.
  *
  * What AUTO takes, smallest clouds first (float32 / float64 where they differ):
  *   WARP                   N <= warp_max_points (128 / 512): a warp or two a cloud.
@@ -21,7 +25,8 @@
  *                          to 12288 too (points in shared memory) when npoint <
  *                          pruned_shared_max_samples.
  *   BUCKET_ROUNDS_CLUSTER  float, sm_90+, N >= rounds_cluster_min_points, B * 8 <= SMs, N <=
- *                          8 blocks' buckets (2**23).
+ *                          8 blocks' buckets of 256 points (2**23, or less where a block's
+ *                          shared memory holds fewer than 4096 buckets: 99 KiB on sm_120).
  *   BUCKET_ROUNDS          float, N <= 2**20 (a block's buckets), npoint >= rounds_min_samples;
  *   BUCKET_GROUPS          the same with fewer samples.
  *   BUCKET                 the rest with B * N <= 2**31 - 1 (the sort's int count), except a
@@ -88,20 +93,23 @@ inline const Tuning& tuning_for(const Device& d) {
 // ------------------------------------------------------------------------------------------
 // preference
 
-// The path AUTO prefers (see the table at the top of this file).
+// The path AUTO prefers (see the table at the top of this file); with `pruned` false, the one it
+// prefers to BLOCK_PRUNED.
 template <typename T>
-int preferred_path(const Tuning& t, const Device& d, int64_t B, int64_t N, int64_t npoint) {
+int preferred_path(const Tuning& t, const Device& d, int64_t B, int64_t N, int64_t npoint,
+                   bool pruned = true) {
     constexpr bool f64 = sizeof(T) == 8;
     const bool int_items = B * N <= INT_MAX;      // the bucket paths' sort counts items in an int
     const bool float_buckets = !f64 && int_items;  // the grouped bucket paths are float only
     const bool clusters = d.major >= 9;
     if (N <= (f64 ? t.warp_max_points_f64 : t.warp_max_points_f32)) return PCOPS_FPS_WARP;
     if (N <= (f64 ? t.block_max_points_f64 : t.block_max_points_f32)) return PCOPS_FPS_BLOCK;
-    if (N <= block_max_points<T>()) return PCOPS_FPS_BLOCK_PRUNED;
-    if (float_buckets && N <= kPrunedMaxFloat && npoint < t.pruned_shared_max_samples)
+    if (N <= block_max_points<T>()) return pruned ? PCOPS_FPS_BLOCK_PRUNED : PCOPS_FPS_BLOCK;
+    if (pruned && float_buckets && N <= kPrunedMaxFloat && npoint < t.pruned_shared_max_samples)
         return PCOPS_FPS_BLOCK_PRUNED;
     if (float_buckets && clusters && N >= t.rounds_cluster_min_points &&
-        B * kAutoClusterBlocks <= d.sms && N <= kAutoClusterBlocks * kGroupedBlockMaxPoints)
+        B * kAutoClusterBlocks <= d.sms &&
+        N <= kAutoClusterBlocks * rounds_block_max_buckets(d) * 32 * 8)
         return PCOPS_FPS_BUCKET_ROUNDS_CLUSTER;
     if (float_buckets && N <= kGroupedBlockMaxPoints)
         return npoint >= t.rounds_min_samples ? PCOPS_FPS_BUCKET_ROUNDS : PCOPS_FPS_BUCKET_GROUPS;
@@ -124,11 +132,11 @@ bool plan_path(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N, in
         case PCOPS_FPS_SIMPLE:
         case PCOPS_FPS_WARP:
         case PCOPS_FPS_BLOCK: return plan_group<T>(p, B, N, path);
-        case PCOPS_FPS_BLOCK_PRUNED: return plan_pruned<T>(p, B, N);
+        case PCOPS_FPS_BLOCK_PRUNED: return plan_pruned<T>(p, d, B, N);
         case PCOPS_FPS_CLUSTER: return plan_cluster<T>(p, d, B, N, cluster_blocks);
         case PCOPS_FPS_GRID: return plan_grid<T>(p, d, N);
-        case PCOPS_FPS_BUCKET: return plan_bucket<T>(p, B, N);
-        case PCOPS_FPS_BUCKET_GROUPS: return plan_bucket_groups<T>(p, B, N);
+        case PCOPS_FPS_BUCKET: return plan_bucket<T>(p, d, B, N);
+        case PCOPS_FPS_BUCKET_GROUPS: return plan_bucket_groups<T>(p, d, B, N);
         case PCOPS_FPS_BUCKET_ROUNDS:
         case PCOPS_FPS_BUCKET_ROUNDS_CLUSTER: return plan_bucket_rounds<T>(p, d, B, N, path);
         default: return false;
@@ -149,19 +157,28 @@ cudaError_t make_plan(int64_t B, int64_t N, int64_t npoint, int path, pcops_fps_
         return plan_path<T>(p, d, B, N, path, cluster_blocks_for<T>(N)) ? cudaSuccess
                                                                         : cudaErrorInvalidValue;
     }
-    const int preferred = preferred_path<T>(tuning_for(d), d, B, N, npoint);
+    const Tuning& t = tuning_for(d);
+    int preferred = preferred_path<T>(t, d, B, N, npoint);
     pcops_fps_cuda_plan q = *p;
     q.path = preferred;
     bool ok = plan_path<T>(&q, d, B, N, preferred, (int)kAutoClusterBlocks);
     if (!ok && preferred == PCOPS_FPS_BLOCK_PRUNED) {
-        q.path = PCOPS_FPS_BLOCK;
-        ok = plan_path<T>(&q, d, B, N, q.path, 0);
+        q = *p;
+        q.path = preferred = preferred_path<T>(t, d, B, N, npoint, false);
+        ok = plan_path<T>(&q, d, B, N, q.path, (int)kAutoClusterBlocks);
     }
     if (!ok && preferred == PCOPS_FPS_BUCKET_ROUNDS_CLUSTER && N <= kGroupedBlockMaxPoints) {
-        q.path = PCOPS_FPS_BUCKET_ROUNDS;  // e.g. a build without sm_90 code
+        q = *p;
+        q.path = preferred = PCOPS_FPS_BUCKET_ROUNDS;  // e.g. a build without sm_90 code
+        ok = plan_path<T>(&q, d, B, N, q.path, 0);
+    }
+    if (!ok && (preferred == PCOPS_FPS_BUCKET_ROUNDS || preferred == PCOPS_FPS_BUCKET_GROUPS)) {
+        q = *p;
+        q.path = PCOPS_FPS_BUCKET;  // more buckets than the device's shared memory holds
         ok = plan_path<T>(&q, d, B, N, q.path, 0);
     }
     if (!ok) {  // e.g. no clusters on this device: the reference path takes any size
+        q = *p;
         q.path = PCOPS_FPS_SIMPLE;
         ok = plan_path<T>(&q, d, B, N, q.path, 0);
     }

@@ -26,12 +26,14 @@
  * Invariants: each thread's slots hold its points in ascending index order (a sorting network
  * at the start), so fps_visit's strict > keeps the lower index of a tie as in RegisterPoints;
  * the warps combine by the full key. Same bits as BLOCK. Clouds of at most 65535 points (16-bit
- * sorted indices; the plan keeps far below); dynamic shared memory pruned_smem_bytes <= 200 KiB.
+ * sorted indices; the plan keeps far below); pruned_smem_bytes plus the kernel's __shared__ box
+ * within the device's opt-in limit (up to about 197 KiB: the plan refuses clouds past the
+ * device's, and AUTO then takes the next path).
  */
 #pragma once
 
 #include <algorithm>
-#include <atomic>
+#include <mutex>
 
 #include "common.cuh"
 
@@ -72,6 +74,12 @@ __host__ __device__ size_t pruned_smem_bytes(int warps, int64_t N, bool smem_poi
     const size_t head =
         (size_t)2 * warps * sizeof(Candidate<T>) + (scratch > points ? scratch : points);
     return smem_points ? head : pruned_xyz_offset<T>(head) + n * sizeof(PrunedXyz<T>);
+}
+
+// Static shared memory of fps_pruned_kernel (its box reduction), counted against the opt-in limit.
+template <typename T>
+__host__ __device__ constexpr size_t pruned_static_smem() {
+    return (size_t)6 * 32 * sizeof(T);
 }
 
 // The cell (Morton order) of a coordinate triple in the box [lo, lo + 16 / inv).
@@ -116,6 +124,7 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
         xyz_s = reinterpret_cast<PrunedXyz<T>*>(fps_smem + pruned_xyz_offset<T>(head));
     }
     __shared__ T box_red[6][32];
+    static_assert(sizeof(box_red) == pruned_static_smem<T>(), "the plan's count");
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int threads = warps * 32;
     const int64_t b = blockIdx.x;
@@ -307,10 +316,10 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
 
 // Shape of a BLOCK_PRUNED plan: 8 points a thread (16 for float clouds past 4096 points), as
 // many warps as that takes (2 to 16 in registers; float up to 24 with the points in shared
-// memory); false past that or past 200 KiB of shared memory. Smaller warp regions skip more
+// memory); false past that or past the device's shared memory. Smaller warp regions skip more
 // often than the block path's 16 points a thread.
 template <typename T>
-bool plan_pruned(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
+bool plan_pruned(pcops_fps_cuda_plan* p, const Device& d, int64_t B, int64_t N) {
     const int64_t Np = N > 0 ? N : 1;
     int ppt = 8;
     if (Np > 16 * 32 * 8) {
@@ -326,13 +335,16 @@ bool plan_pruned(pcops_fps_cuda_plan* p, int64_t B, int64_t N) {
     p->threads = 32 * (int)warps;
     p->blocks_per_cloud = 1;
     p->blocks = B;
-    return pruned_smem_bytes<T>(p->warps_per_cloud, N, p->warps_per_cloud > 16, ppt) <=
-           200 * 1024;
+    const size_t bytes = pruned_smem_bytes<T>(p->warps_per_cloud, N, p->warps_per_cloud > 16, ppt);
+    p->smem_bytes = bytes + pruned_static_smem<T>();
+    return smem_fits(d, bytes, pruned_static_smem<T>());
 }
 
 // Launches one BLOCK_PRUNED kernel. Above 48 KB of shared memory a kernel opts in, per kernel
-// and device: once (a static per instantiation), to the most plan_pruned allows -- a driver
-// call on every launch would add to the small clouds' latency.
+// and device, to the bytes the launch takes: only when they exceed what it opted in to before
+// (a static per instantiation) -- a driver call on every launch would add to the small clouds'
+// latency. The opt-in only grows, under a lock, so that a launch never lowers it below what
+// another thread's launch of the same kernel took.
 template <typename T, int PPT, bool kSmem>
 cudaError_t launch_pruned_kernel(const pcops_fps_cuda_plan* p, size_t smem, const T* xyz,
                                  const int64_t* lengths, const int64_t* start, int64_t B,
@@ -340,16 +352,19 @@ cudaError_t launch_pruned_kernel(const pcops_fps_cuda_plan* p, size_t smem, cons
                                  cudaStream_t stream) {
     auto kernel = fps_pruned_kernel<T, PPT, kSmem>;
     if (smem > 48 * 1024) {
-        static std::atomic<uint64_t> opted{0};  // bit d: done on device d
+        constexpr int kDevices = 64;
+        static std::mutex lock;
+        static size_t opted[kDevices] = {};  // bytes opted in to on each device
         int device = 0;
         cudaError_t err = cudaGetDevice(&device);
         if (err != cudaSuccess) return err;
-        const uint64_t bit = device < 64 ? 1ull << device : 0;
-        if (!(opted.load() & bit)) {
+        std::lock_guard<std::mutex> guard(lock);
+        const bool known = device >= 0 && device < kDevices;
+        if (!known || opted[device] < smem) {
             err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       200 * 1024);
+                                       (int)smem);
             if (err != cudaSuccess) return err;
-            opted.fetch_or(bit);
+            if (known) opted[device] = smem;
         }
     }
     kernel<<<(unsigned)p->blocks, p->threads, smem, stream>>>(xyz, lengths, start, B, N, npoint,
