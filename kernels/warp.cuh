@@ -1,7 +1,8 @@
 /*
- * warp.cuh -- warp-wide reductions of 32-bit words shared by the CUDA kernels: redux on sm_80+,
- * butterfly shuffles before (every kernel also compiles for the oldest architecture torch
- * ships for, sm_75, which has no redux).
+ * warp.cuh -- warp-wide reductions shared by the CUDA kernels, every lane getting the result:
+ * one redux instruction on sm_80+, a butterfly of five shuffles before (every kernel also
+ * compiles for the oldest architecture torch ships for, sm_75, which has no redux). 32-bit
+ * words, and the OR of a 64-bit word as two 32-bit ORs.
  */
 #pragma once
 
@@ -9,58 +10,31 @@
 
 namespace pcops_warp {
 
-__device__ __forceinline__ uint32_t sum_u32(uint32_t v) {
+// The body of a reduction of `v`: __reduce_<op>_sync on sm_80+; before, `combine` (an expression
+// of v and o, o the value of the partner lane) at each step of the butterfly.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_add_sync(0xffffffffu, v);
+#define PCOPS_WARP_REDUCE(op, combine) return __reduce_##op##_sync(0xffffffffu, v)
 #else
-    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
+#define PCOPS_WARP_REDUCE(op, combine)                        \
+    for (int off = 16; off > 0; off /= 2) {                   \
+        const auto o = __shfl_xor_sync(0xffffffffu, v, off);  \
+        v = combine;                                          \
+    }                                                         \
+    return v
 #endif
-}
 
-__device__ __forceinline__ uint32_t max_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_max_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
+__device__ __forceinline__ uint32_t sum_u32(uint32_t v) { PCOPS_WARP_REDUCE(add, v + o); }
+__device__ __forceinline__ int32_t sum_i32(int32_t v) { PCOPS_WARP_REDUCE(add, v + o); }
+__device__ __forceinline__ uint32_t max_u32(uint32_t v) { PCOPS_WARP_REDUCE(max, max(v, o)); }
+__device__ __forceinline__ uint32_t min_u32(uint32_t v) { PCOPS_WARP_REDUCE(min, min(v, o)); }
+__device__ __forceinline__ int32_t max_i32(int32_t v) { PCOPS_WARP_REDUCE(max, max(v, o)); }
+__device__ __forceinline__ int32_t min_i32(int32_t v) { PCOPS_WARP_REDUCE(min, min(v, o)); }
+__device__ __forceinline__ uint32_t or_u32(uint32_t v) { PCOPS_WARP_REDUCE(or, v | o); }
 
-__device__ __forceinline__ uint32_t min_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_min_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
+#undef PCOPS_WARP_REDUCE
 
-__device__ __forceinline__ int32_t min_i32(int32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_min_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
-
-__device__ __forceinline__ int32_t max_i32(int32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_max_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, off));
-    return v;
-#endif
-}
-
-__device__ __forceinline__ uint32_t or_u32(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_or_sync(0xffffffffu, v);
-#else
-    for (int off = 16; off > 0; off /= 2) v |= __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-#endif
+__device__ __forceinline__ uint64_t or_u64(uint64_t v) {
+    return (uint64_t)or_u32((uint32_t)v) | ((uint64_t)or_u32((uint32_t)(v >> 32)) << 32);
 }
 
 }  // namespace pcops_warp
