@@ -8,8 +8,7 @@
 zeroes a 256 MB buffer (L2 flush), synchronises, then takes the host clock around one call
 followed by a synchronisation ("host", the peer benchmark's number) or a CUDA event pair around
 the call ("event"); median of 50. Rows: circle_nms, circle_nms_mask, and each CUDA path forced
-through the internal op (single block and single block v2: N <= 4096; bitmask; grid), with the
-issue's targets. "kernel ms" is the GPU time of the call's kernels and copies (torch.profiler,
+through the internal op (block and flow: N <= 4096; grid), with the issue's targets. "kernel ms" is the GPU time of the call's kernels and copies (torch.profiler,
 mean of 20 back-to-back calls, L2 warm): what is left of "host ms" is launch and host overhead.
 
 Inputs look like CenterPoint's pre-NMS detections: N boxes around N/8 objects in a 102.4 m
@@ -199,8 +198,7 @@ def kernel_time(fn, reps=20):
 
 
 def peer_main(args):
-    from pcops._paths import PATHS, force
-    PATH_NAMES = {i: name for name, (i, _, _) in PATHS["circle_nms"].items()}
+    from pcops._paths import force
 
     device = args.device
     assert device.startswith("cuda"), "--peer times the CUDA ops"
@@ -214,15 +212,13 @@ def peer_main(args):
         mask = pcops.circle_nms_mask(c, s, 1.0)
         paths = {"circle_nms": lambda: pcops.circle_nms(c, s, 1.0),
                  "circle_nms_mask": lambda: pcops.circle_nms_mask(c, s, 1.0)}
-        for variant, name in ((1, "block path (variant op)"), (4, "block path v2 (variant op)"),
-                              (5, "pair-tile path (variant op)"),
-                              (6, "dataflow path (variant op)"),
-                              (2, "bitmask path (variant op)"), (3, "grid path (variant op)")):
-            if (variant in (1, 4, 6) and n > 4096) or (variant == 5 and n > 2048):
+        for path in ("block", "flow", "grid"):
+            if path != "grid" and n > 4096:
                 continue
-            out = force("circle_nms", PATH_NAMES[variant], c, s, 1.0, None)
+            name = f"{path} path (forced)"
+            out = force("circle_nms", path, c, s, 1.0, None)
             assert torch.equal(out[0], mask) and torch.equal(out[1][:len(keep)], keep), name
-            paths[name] = (lambda v: lambda: force("circle_nms", PATH_NAMES[v], c, s, 1.0, None))(variant)
+            paths[name] = (lambda p: lambda: force("circle_nms", p, c, s, 1.0, None))(path)
         assert torch.equal(torch.nonzero(mask).flatten(), keep.sort().values)
         # the same boxes in a random order: the peers' inputs come sorted by score (and the
         # single-block kernel then skips its sort); this row pays for the sort
@@ -232,14 +228,13 @@ def peer_main(args):
         paths["circle_nms, input shuffled"] = lambda: pcops.circle_nms(c_shuffled, s_shuffled, 1.0)
         paths["circle_nms_mask, input shuffled"] = (
             lambda: pcops.circle_nms_mask(c_shuffled, s_shuffled, 1.0))
-        for variant in (4, 5, 6):
-            if (variant == 5 and n > 2048) or n > 4096:
+        for path in ("block", "flow"):
+            if n > 4096:
                 continue
-            out = force("circle_nms", PATH_NAMES[variant], c_shuffled, s_shuffled, 1.0, None)
-            assert torch.equal(perm[out[1][:len(keep)]], keep), variant
-            paths[f"variant {variant}, input shuffled"] = (
-                (lambda v: lambda: force("circle_nms", PATH_NAMES[v], c_shuffled, s_shuffled, 1.0, None))(
-                    variant))
+            out = force("circle_nms", path, c_shuffled, s_shuffled, 1.0, None)
+            assert torch.equal(perm[out[1][:len(keep)]], keep), path
+            paths[f"{path} path, input shuffled"] = (
+                (lambda p: lambda: force("circle_nms", p, c_shuffled, s_shuffled, 1.0, None))(path))
         for name, fn in paths.items():
             host = peer_time(fn, flush, "host")
             event = peer_time(fn, flush, "event")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host time of a call with the GPU kept busy (CUDA): how long the Python call itself takes
 before it returns, for the peer rows whose time is mostly the call's host part (K2, Q1, F1,
-C1's circle_nms_mask and its paths through the variant op) against a bare `torch.add`. The GPU is kept busy by zeroing a 256 MB buffer three times before
+C1's circle_nms_mask and its paths forced through the path op) against a bare `torch.add`. The GPU is kept busy by zeroing a 256 MB buffer three times before
 each timed call, so the call never waits for the device; median of 50 calls, in us.
 
     python3 benchmarks/host_cost.py
@@ -44,10 +44,10 @@ def main():
              "torch.empty (1000 int64)": lambda: torch.empty(1000, dtype=torch.long, device=dev),
              "circle_nms_mask C1 (1000)": lambda: pcops.circle_nms_mask(nc, ns, 1.0),
              "torch.ops.pcops.circle_nms_mask (1000)": lambda: mask_op(nc, ns, 1.0, None),
-             "circle NMS variant op 6 (cooperative launch)":
+             "circle NMS flow path, forced (cooperative launch)":
                  lambda: circle_nms_path(nc, ns, 1.0, None, path="flow"),
-             "circle NMS variant op 4 (plain launch)":
-                 lambda: circle_nms_path(nc, ns, 1.0, None, path="block_v2")}
+             "circle NMS block path, forced (plain launch)":
+                 lambda: circle_nms_path(nc, ns, 1.0, None, path="block")}
     print(torch.cuda.get_device_name(dev), torch.__version__)
     for name, fn in cases.items():
         for _ in range(20):

@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Kernel time of the single-block (variant 4), pair-tile (5) and dataflow (6) circle NMS paths
-on hard inputs: uniform boxes (the peer benchmark's, in score order and shuffled), a chain of
+"""Kernel time of the block and flow circle NMS paths (N <= 4096) on hard inputs: uniform boxes (the peer benchmark's, in score order and shuffled), a chain of
 boxes on a line visited along it (sorted and shuffled: each box waits on the one before), a
 dense spot (every box within the radius of every other) and CenterPoint-like clusters. Every
 output is checked against the CPU. Kernel time from torch.profiler (L2 warm), us; CUDA only:
@@ -15,9 +14,6 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.bench_circle_nms import kernel_time, peer_inputs  # noqa: E402
 from benchmarks.common import circle_nms_path  # noqa: E402
-from pcops._paths import PATHS  # noqa: E402
-
-PATH_NAMES = {i: name for name, (i, _, _) in PATHS["circle_nms"].items()}
 
 
 def cases(n, dev, g):
@@ -49,14 +45,11 @@ def main():
         for name, c, s, r in cases(n, "cuda", g):
             ref = circle_nms_path(c.cpu(), s.cpu(), r, None)
             line = f"N={n:5d} {name:18s} kept {int(ref[2]):5d} |"
-            for v in (4, 5, 6):
-                if v == 5 and n > 2048:
-                    line += " v5      -     |"
-                    continue
-                out = circle_nms_path(c, s, r, None, path=PATH_NAMES[v])
+            for path in ("block", "flow"):
+                out = circle_nms_path(c, s, r, None, path=path)
                 same = all(torch.equal(a.cpu(), b) for a, b in zip(out, ref))
-                us = kernel_time(lambda: circle_nms_path(c, s, r, None, path=PATH_NAMES[v])) * 1e3
-                line += f" v{v} {us:7.1f}us{'' if same else ' WRONG'} |"
+                us = kernel_time(lambda: circle_nms_path(c, s, r, None, path=path)) * 1e3
+                line += f" {path} {us:7.1f}us{'' if same else ' WRONG'} |"
             print(line, flush=True)
 
 

@@ -6,9 +6,12 @@ spill stores/loads, shared memory, and whether the SASS is identical (the names 
 namespaces, which differ per build, are normalised).
 
     python3 benchmarks/sass_compare.py OLD NEW [--files knn,ball_query] [--match heap] [-v]
+                                           [--rename old_kernel=new_kernel,...]
 
 OLD / NEW: a directory holding a pcops tree, or a git revision of this repository. -v adds, for
-kernels that differ, the opcode counts new - old. cuobjdump: $CUOBJDUMP, else on PATH, beside
+kernels that differ, the opcode counts new - old. --rename compares OLD's kernel old_kernel
+with NEW's new_kernel (a kernel renamed by a refactor; an OLD kernel that already had the new
+name is listed as removed). cuobjdump: $CUOBJDUMP, else on PATH, beside
 nvcc, or the copy a triton wheel ships.
 """
 import argparse
@@ -111,6 +114,19 @@ def short(name):
     return re.sub(r"^void ", "", re.sub(r"\(.*", "", d))
 
 
+def renamed(props, funcs, old, new):
+    """props and funcs of a tree with kernel `old` named `new` (in the mangled names, so the
+    template arguments stay); a kernel that was already called `new` becomes `new [removed]`."""
+    def enc(name):
+        return f"{len(name)}{name}"
+
+    def rename(name):
+        if enc(new) in name:
+            return name.replace(enc(new), enc(new + "_REMOVED_"))
+        return name.replace(enc(old), enc(new))
+    return ({rename(k): v for k, v in props.items()}, {rename(k): v for k, v in funcs.items()})
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("old")
@@ -119,6 +135,7 @@ def main():
     ap.add_argument("--arch", default="90")
     ap.add_argument("--match", default="", help="only kernels whose name matches (regex)")
     ap.add_argument("-v", action="store_true", help="opcode counts of the kernels that differ")
+    ap.add_argument("--rename", default="", help="old_kernel=new_kernel[,...]: renamed kernels")
     args = ap.parse_args()
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     cuobjdump = find_tool("cuobjdump", "CUOBJDUMP")
@@ -131,6 +148,8 @@ def main():
                 res.append((ptxas_info(compile_file(tree, cu, args.arch, cubin, nvcc)),
                             sass(cubin, cuobjdump)))
             (pa, sa), (pb, sb) = res
+            for pair in filter(None, args.rename.split(",")):
+                pa, sa = renamed(pa, sa, *pair.split("="))
             print(f"== kernels/{cu}.cu, sm_{args.arch}: old {args.old}, new {args.new}")
             same = 0
             for name in sorted(set(sa) | set(sb), key=short):
@@ -146,14 +165,16 @@ def main():
                     return (f"{len(s):5d} ins {p.get('regs', '?'):>3}r stack {p.get('stack', '?')} "
                             f"spill {p.get('spill_st', '?')}/{p.get('spill_ld', '?')} "
                             f"smem {p.get('smem', '?')}")
-                print(f"{'same ' if a == b else 'DIFF '} {short(name)[:90]:90s}  old "
+                what = "same " if a == b else ("gone " if b is None else
+                                                ("added" if a is None else "DIFF "))
+                print(f"{what} {short(name)[:90]:90s}  old "
                       f"{props(pa.get(name, {}), a)} | new {props(pb.get(name, {}), b)}")
                 if args.v and a and b and a != b:
                     ca, cb = collections.Counter(map(opcode, a)), collections.Counter(map(opcode, b))
                     d = {k: cb[k] - ca[k] for k in set(ca) | set(cb) if cb[k] != ca[k]}
                     print("       opcodes new - old:",
                           dict(sorted(d.items(), key=lambda kv: -abs(kv[1]))))
-            print(f"   {same} kernels with identical SASS")
+            print(f"   {same} kernels with identical SASS (gone: only in OLD, added: only in NEW)")
 
 
 if __name__ == "__main__":

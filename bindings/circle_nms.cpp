@@ -138,9 +138,7 @@ size_t cuda_workspace_bytes(const char* op, const NmsInputs& c, int64_t path) {
         const char* name =
             check_path(op, "circle_nms", path, true, to_pcops_dtype(c.centers.scalar_type()));
         const bool fits =
-            ((path != PCOPS_CIRCLE_NMS_BLOCK && path != PCOPS_CIRCLE_NMS_BLOCK_V2) ||
-             c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX) &&
-            (path != PCOPS_CIRCLE_NMS_TILES || c.N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX) &&
+            (path != PCOPS_CIRCLE_NMS_BLOCK || c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX) &&
             (path != PCOPS_CIRCLE_NMS_FLOW || c.N <= PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX);
         if (!fits) forced_path_refused(op, name, "N = " + std::to_string(c.N));
     }
@@ -165,7 +163,7 @@ void launch_cuda(const char* op, const NmsInputs& c, int64_t path, void* workspa
 // the output does not hold them.
 constexpr size_t kSharedWorkspaceMax = 64 * 1024;
 
-// The output (N elements of `dtype`) in `out` and the workspace (every path but 1 and 4): ONE
+// The output (N elements of `dtype`) in `out` and the workspace (every path but BLOCK): ONE
 // allocation when the workspace is small (it starts at the first 256-byte boundary past the
 // output, whose size is then set to N), else its own in `ws`. Returns the workspace (or null).
 void* output_and_workspace(const char* op, at::Tensor& out, at::Tensor& ws, const NmsInputs& c,

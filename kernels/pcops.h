@@ -232,9 +232,10 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  * along x or y, so that a kept box tests only the boxes of its group within the radius along
  * that axis; O(N + K * band), at worst O(K * N), for K kept boxes; workspace O(N).
  * CUDA: see pcops_circle_nms_cuda_path below; no host synchronisation (*num_kept is
- * written on the device, once; paths BLOCK, GRID and BLOCK_V2 write it before they write keep_mask /
- * keep_idx, so a host polling it in mapped memory learns the size early; the outputs are
- * complete when the launch is, in stream order). N <= PCOPS_CIRCLE_NMS_CUDA_MAX (65535 blocks of 64).
+ * written on the device, once: by the grid and block paths before keep_mask / keep_idx, by the
+ * flow path as soon as every block has counted its kept boxes, so a host polling it in mapped
+ * memory learns the size early; the outputs are complete when the launch is, in stream order).
+ * N <= PCOPS_CIRCLE_NMS_CUDA_MAX.
  * ---------------------------------------------------------------------------------------- */
 /* The circle-NMS paths: kernels/circle_nms_paths.h (the table), kernels/README.md. */
 typedef enum pcops_circle_nms_path {
@@ -462,31 +463,26 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
                                       int64_t N, int64_t C, int64_t M, int64_t S, void* workspace,
                                       void* grad_features, cudaStream_t stream);
 
-/* Circle NMS on CUDA. variant 0: by size (what pcops_circle_nms_cuda does: 6 up to
- * PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX boxes, else 3); 1: the single-block kernel (one launch,
- * everything in shared memory: the score sort, a spatial grid, the greedy scan; no workspace);
- * 2: the bitmask path (a cub radix sort of the score keys, a suppression bitmask of
- * N * ceil(N/64) 64-bit words, about N**2 / 8 bytes, then a scan by one thread block; kept for
- * comparison); 3: the grid path (the single-block algorithm with its data in the workspace,
- * O(N) bytes: two cub radix sorts, a spatial grid, then a scan by one thread block that tests
- * only the kept boxes' neighbourhoods); 4: the single-block kernel v2 (one launch, no workspace:
- * the score sort in registers, a counting sort into the grid, and the greedy scan by one warp
- * over lists of each 64-box block's earlier neighbours; the scan of 1 where the lists do not
- * fit in shared memory); 5: the pair-tile path (one cooperative launch: the pairs tested in
- * 32 x 64 tiles over every SM, then one block decides as 4 does from the pred lists it gathers,
- * or runs 4's whole body where they do not fit; a workspace of about N**2 / 8 bytes at most; 4
- * where the device has no cooperative launch); 6: the dataflow path (one cooperative launch of
- * ceil(N / 32) blocks, each testing its 32 boxes against the earlier ones and deciding them as
- * the states of their earlier neighbours are published by the other blocks; a workspace of
- * about 4.4 bytes per box; 4 where its blocks cannot all be resident). N <=
- * PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX for 1 and 4, N <= PCOPS_CIRCLE_NMS_CUDA_TILE_MAX for 5, N <=
- * PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX for 6, N <= PCOPS_CIRCLE_NMS_CUDA_MAX for 2 and 3. The
- * results are identical. cudaErrorInvalidValue for a variant that cannot take N. On CUDA
- * num_kept may be NULL too (circle_nms_mask needs only the mask). */
+/* Circle NMS on CUDA through `path` (pcops_circle_nms_path; kernels/circle_nms/plan.cuh):
+ *   AUTO (0): what pcops_circle_nms_cuda does: FLOW up to 4096 boxes (on sm_80 / sm_90), GRID
+ *     above;
+ *   GRID: any N <= PCOPS_CIRCLE_NMS_CUDA_MAX; two cub radix sorts (score, then cell of a grid
+ *     at least the radius wide), each box's earlier neighbours from its 3x3 cells, then the
+ *     greedy by rounds over 64-box row blocks; a workspace of O(N) bytes;
+ *   BLOCK: N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX; one thread block, one launch, no workspace:
+ *     the score sort in registers, a grid by counting sort, the greedy by one warp per 64-box
+ *     row block over lists of each block's earlier neighbours (a scan of the kept boxes'
+ *     neighbourhoods where the lists do not fit in shared memory);
+ *   FLOW: N <= PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX; one cooperative launch of ceil(N / 32) blocks,
+ *     each testing its 32 boxes against the earlier ones and deciding them as the states of
+ *     their earlier neighbours are published by the other blocks; a workspace of about 4.4
+ *     bytes per box; BLOCK where its blocks cannot all be resident.
+ * Every path returns the same bits. cudaErrorInvalidValue for a path that cannot take N (or
+ * does not run on CUDA: SWEEP). num_kept may be NULL too (circle_nms_mask needs only the
+ * mask). */
 #define PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX 4096
-#define PCOPS_CIRCLE_NMS_CUDA_TILE_MAX 2048
 #define PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX 4096
-#define PCOPS_CIRCLE_NMS_CUDA_MAX ((int64_t)65535 * 64)
+#define PCOPS_CIRCLE_NMS_CUDA_MAX ((int64_t)65535 * 64) /* the grid path's int32 positions */
 size_t pcops_circle_nms_cuda_workspace_bytes(pcops_dtype dtype, pcops_dtype score_dtype,
                                              int64_t N, int path);
 cudaError_t pcops_circle_nms_cuda_path(pcops_dtype dtype, const void* centers, int64_t D,

@@ -1,7 +1,9 @@
 /*
- * warp.cuh -- the warp-wide reductions of the CUDA kernels: 32-bit words by redux on sm_80+ and
- * butterfly shuffles before (every kernel also compiles for the oldest architecture torch ships
- * for, sm_75, which has no redux), and a butterfly over several values of any type at once.
+ * warp.cuh -- warp-wide reductions shared by the CUDA kernels, every lane getting the result:
+ * one redux instruction on sm_80+, a butterfly of five shuffles before (every kernel also
+ * compiles for the oldest architecture torch ships for, sm_75, which has no redux). 32-bit
+ * words, the OR of a 64-bit word as two 32-bit ORs, and a butterfly over several values of any
+ * type at once.
  */
 #pragma once
 
@@ -9,30 +11,32 @@
 
 namespace pcops_warp {
 
-// name(v): v reduced over the warp, on every lane: the redux instruction on sm_80+, else a
-// butterfly of five shuffles combined by combine(mine, other).
+// The body of a reduction of `v`: __reduce_<op>_sync on sm_80+; before, `combine` (an expression
+// of v and o, o the value of the partner lane) at each step of the butterfly.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define PCOPS_WARP_REDUCE(name, T, redux, combine) \
-    __device__ __forceinline__ T name(T v) { return redux(0xffffffffu, v); }
+#define PCOPS_WARP_REDUCE(op, combine) return __reduce_##op##_sync(0xffffffffu, v)
 #else
-#define PCOPS_WARP_REDUCE(name, T, redux, combine)                       \
-    __device__ __forceinline__ T name(T v) {                             \
-        for (int off = 16; off > 0; off /= 2)                            \
-            v = combine(v, __shfl_xor_sync(0xffffffffu, v, off));        \
-        return v;                                                        \
-    }
+#define PCOPS_WARP_REDUCE(op, combine)                        \
+    for (int off = 16; off > 0; off /= 2) {                   \
+        const auto o = __shfl_xor_sync(0xffffffffu, v, off);  \
+        v = combine;                                          \
+    }                                                         \
+    return v
 #endif
 
-__device__ __forceinline__ uint32_t plus(uint32_t a, uint32_t b) { return a + b; }
-__device__ __forceinline__ uint32_t bit_or(uint32_t a, uint32_t b) { return a | b; }
+__device__ __forceinline__ uint32_t sum_u32(uint32_t v) { PCOPS_WARP_REDUCE(add, v + o); }
+__device__ __forceinline__ int32_t sum_i32(int32_t v) { PCOPS_WARP_REDUCE(add, v + o); }
+__device__ __forceinline__ uint32_t max_u32(uint32_t v) { PCOPS_WARP_REDUCE(max, max(v, o)); }
+__device__ __forceinline__ uint32_t min_u32(uint32_t v) { PCOPS_WARP_REDUCE(min, min(v, o)); }
+__device__ __forceinline__ int32_t max_i32(int32_t v) { PCOPS_WARP_REDUCE(max, max(v, o)); }
+__device__ __forceinline__ int32_t min_i32(int32_t v) { PCOPS_WARP_REDUCE(min, min(v, o)); }
+__device__ __forceinline__ uint32_t or_u32(uint32_t v) { PCOPS_WARP_REDUCE(or, v | o); }
 
-PCOPS_WARP_REDUCE(sum_u32, uint32_t, __reduce_add_sync, plus)
-PCOPS_WARP_REDUCE(max_u32, uint32_t, __reduce_max_sync, max)
-PCOPS_WARP_REDUCE(min_u32, uint32_t, __reduce_min_sync, min)
-PCOPS_WARP_REDUCE(min_i32, int32_t, __reduce_min_sync, min)
-PCOPS_WARP_REDUCE(max_i32, int32_t, __reduce_max_sync, max)
-PCOPS_WARP_REDUCE(or_u32, uint32_t, __reduce_or_sync, bit_or)
 #undef PCOPS_WARP_REDUCE
+
+__device__ __forceinline__ uint64_t or_u64(uint64_t v) {
+    return (uint64_t)or_u32((uint32_t)v) | ((uint64_t)or_u32((uint32_t)(v >> 32)) << 32);
+}
 
 // For each j < N, v[j] reduced over the warp on every lane: by lo(mine, other) for j < n, by
 // hi(mine, other) for the others. A butterfly of shuffles, the N values side by side at each

@@ -4,8 +4,8 @@
  *
  * N boxes with centres [N, D] (D = 3, only x and y used), scores, and groups (classes). The C
  * API orders the boxes itself (descending score, ties to the lower index); the naive reference
- * here sorts with qsort. On CUDA every path (variant 1 single block, 2 bitmask, 3 grid, 4 single
- * block v2) is checked against the CPU, and each is timed.
+ * here sorts with qsort. On CUDA every path (auto, grid, block, flow: the CUDA rows of
+ * kernels/circle_nms_paths.h) is checked against the CPU, and each is timed.
  */
 #include "lab.h"
 
@@ -47,7 +47,7 @@ static void naive_nms(const float* centers, const int64_t* order, const int64_t*
 typedef struct {
     const float *centers, *scores;
     const int64_t* groups;
-    int variant;
+    int path;
     void* workspace;
     bool* keep_mask;
     int64_t *keep_idx, *num_kept;
@@ -57,7 +57,7 @@ static cudaError_t launch_nms(void* ctx, cudaStream_t stream) {
     const NmsArgs* a = (const NmsArgs*)ctx;
     return pcops_circle_nms_cuda_path(PCOPS_FLOAT32, a->centers, D, PCOPS_FLOAT32, a->scores,
                                          a->groups, N, kRadius2, a->workspace, a->keep_mask,
-                                         a->keep_idx, a->num_kept, a->variant, stream);
+                                         a->keep_idx, a->num_kept, a->path, stream);
 }
 #endif
 
@@ -100,17 +100,18 @@ int main(int argc, char** argv) {
         a.scores = (const float*)lab_to_device(scores, sizeof(float) * N);
         a.groups = (const int64_t*)lab_to_device(groups, sizeof(int64_t) * N);
         size_t ws = 0;
-        for (int v = 0; v <= 4; ++v) {
-            const size_t b = pcops_circle_nms_cuda_workspace_bytes(PCOPS_FLOAT32, PCOPS_FLOAT32, N, v);
+        /* the CUDA paths are ids AUTO .. FLOW (SWEEP, the CPU's, comes last) */
+        for (int p = PCOPS_CIRCLE_NMS_AUTO; p <= PCOPS_CIRCLE_NMS_FLOW; ++p) {
+            const size_t b = pcops_circle_nms_cuda_workspace_bytes(PCOPS_FLOAT32, PCOPS_FLOAT32, N, p);
             ws = b > ws ? b : ws;
         }
         a.workspace = lab_to_device(NULL, ws > 0 ? ws : 1);
         a.keep_mask = (bool*)lab_to_device(NULL, N);
         a.keep_idx = (int64_t*)lab_to_device(NULL, sizeof(int64_t) * N);
         a.num_kept = (int64_t*)lab_to_device(NULL, sizeof(int64_t));
-        for (int run = 0; run < 10; ++run) {
+        for (int run = 0; run < 2 * (PCOPS_CIRCLE_NMS_FLOW + 1); ++run) {
             const int graph = run & 1;
-            a.variant = run >> 1;
+            a.path = run >> 1;
             LAB_CUDA(cudaMemset(a.keep_idx, 0x7f, sizeof(int64_t) * N));
             if (graph) lab_graph_replay(launch_nms, &a);
             else LAB_CUDA(launch_nms(&a, 0));
@@ -118,8 +119,8 @@ int main(int argc, char** argv) {
             bool* gm = (bool*)lab_to_host(a.keep_mask, N);
             int64_t* gk = (int64_t*)lab_to_host(a.keep_idx, sizeof(int64_t) * N);
             int64_t* gn = (int64_t*)lab_to_host(a.num_kept, sizeof(int64_t));
-            lab_check(*gn == kept, "cuda circle_nms variant %d%s keeps %lld, cpu %lld",
-                      a.variant, graph ? " (graph)" : "", (long long)*gn, (long long)kept);
+            lab_check(*gn == kept, "cuda circle_nms path %d%s keeps %lld, cpu %lld",
+                      a.path, graph ? " (graph)" : "", (long long)*gn, (long long)kept);
             lab_check_equal(gm, mask, N, 1, graph ? "cuda keep_mask (graph)" : "cuda keep_mask");
             lab_check_equal(gk, keep, N, sizeof(int64_t),
                             graph ? "cuda keep_idx (graph)" : "cuda keep_idx");
@@ -127,9 +128,9 @@ int main(int argc, char** argv) {
             free(gk);
             free(gn);
         }
-        for (a.variant = 0; a.variant <= 4; ++a.variant) {
+        for (a.path = PCOPS_CIRCLE_NMS_AUTO; a.path <= PCOPS_CIRCLE_NMS_FLOW; ++a.path) {
             const double ms = lab_time_cold_l2(launch_nms, &a, 30);
-            printf("cuda circle_nms variant %d (cold L2): %.4f ms, %.2f Mboxes/s\n", a.variant, ms,
+            printf("cuda circle_nms path %d (cold L2): %.4f ms, %.2f Mboxes/s\n", a.path, ms,
                    N / ms * 1e-3);
         }
         cudaFree((void*)a.centers);

@@ -1,23 +1,21 @@
 /*
- * phases_circle_nms.cu -- where the time of the single-block circle NMS kernel v2 (variant 4),
- * of the pair-tile path (variant 5) and of the dataflow path (variant 6) goes: includes
- * kernels/circle_nms.cu with
- * PCOPS_NMS_PHASES defined, so that thread 0 of the v2 body prints the clock64 cycles of each
- * phase (sort, grid, cells, lists, scan, outputs) and block 0 of the tiles kernel its own
- * (order check, tiles, the wait for the other blocks, ranks and flags, scan and decode, the v2
- * finish) with globaltimer stamps across blocks, and the last block of the dataflow kernel its
- * own (loads, order check, grid barrier, pairs, decisions, outputs: the block that finishes
- * last); it times variants 4, 5 and 6 with CUDA events
- * (L2 flushed; the printf inflates them) on the peer benchmark's kind of input: N boxes uniform
- * in a 100 m x 100 m square, radius 1, scores descending (the sort is skipped) or random. Not
- * part of `make -C lab` (it is a .cu that compiles the kernel itself):
+ * phases_circle_nms.cu -- where the time of the circle NMS block path and flow path goes: built
+ * against their headers (kernels/circle_nms/block.cuh, flow.cuh) with PCOPS_NMS_PHASES
+ * defined, so that thread 0 of the block kernel prints the clock64 cycles of each phase (sort,
+ * grid, cells, lists, scan, outputs) and the last block of the flow kernel its own (loads,
+ * order check, grid barrier, pairs, decisions, outputs, with globaltimer stamps across
+ * blocks); it times both with CUDA events (L2 flushed; the printf inflates them) on the peer
+ * benchmark's kind of input: N boxes uniform in a 100 m x 100 m square, radius 1, scores
+ * descending (the block path skips its sort) or random. Not part of `make -C lab` (it compiles
+ * the kernels itself; kernels/status.c for the status strings):
  *
  *   nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Ikernels \
  *        lab/phases_circle_nms.cu kernels/status.c -Xcompiler -fopenmp -o /tmp/nms_phases
  *   /tmp/nms_phases
  */
 #define PCOPS_NMS_PHASES 1
-#include "circle_nms.cu"
+#include "circle_nms/block.cuh"
+#include "circle_nms/flow.cuh"
 
 #include <cstdio>
 #include <cstdlib>
@@ -45,20 +43,21 @@ int main() {
             cudaMalloc(&dm, N);
             cudaMalloc(&di, sizeof(int64_t) * N);
             cudaMalloc(&dn, sizeof(int64_t));
-            cudaMalloc(&ws, 64 << 20);  // more than any variant's workspace at these sizes
+            cudaMalloc(&ws, 64 << 20);  // more than the flow path's workspace at these sizes
             cudaMemcpy(dc, c.data(), sizeof(float) * 2 * N, cudaMemcpyHostToDevice);
             cudaMemcpy(ds, s.data(), sizeof(float) * N, cudaMemcpyHostToDevice);
             cudaEvent_t a, b;
             cudaEventCreate(&a);
             cudaEventCreate(&b);
-            for (int v = 4; v <= 6; ++v) {
-                if (v == 5 && N > PCOPS_CIRCLE_NMS_CUDA_TILE_MAX) continue;
+            for (int flow = 0; flow < 2; ++flow) {
                 for (int r = 0; r < 4; ++r) {  // the first call warms up
                     cudaMemsetAsync(flush, 0, kFlushBytes);  // L2 flushed, as the benchmarks do
                     cudaEventRecord(a);
-                    const cudaError_t e = pcops_circle_nms_cuda_path(
-                        PCOPS_FLOAT32, dc, 2, PCOPS_FLOAT32, ds, nullptr, N, 1.0, ws, dm, di,
-                        dn, v, 0);
+                    const cudaError_t e =
+                        flow ? launch_flow(dc, 2, ds, (const int64_t*)nullptr, N, 1.0, ws, dm,
+                                           di, dn, 0)
+                             : launch_block(dc, 2, ds, (const int64_t*)nullptr, N, 1.0, dm, di,
+                                            dn, 0);
                     cudaEventRecord(b);
                     cudaEventSynchronize(b);
                     float ms = 0;
@@ -66,8 +65,9 @@ int main() {
                     int64_t k = 0;
                     cudaMemcpy(&k, dn, sizeof(int64_t), cudaMemcpyDeviceToHost);
                     if (r > 0)
-                        printf("%s N=%d variant %d: %.4f ms (events), kept %lld, err %d\n",
-                               shuffled ? "random scores" : "descending scores", N, v, ms,
+                        printf("%s N=%d %s path: %.4f ms (events), kept %lld, err %d\n",
+                               shuffled ? "random scores" : "descending scores", N,
+                               flow ? "flow" : "block", ms,
                                (long long)k, (int)e);
                 }
             }

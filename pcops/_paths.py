@@ -57,13 +57,10 @@ PATHS: Dict[str, Dict[str, Tuple[int, Tuple[str, ...], Tuple[str, ...]]]] = {
     },
     "circle_nms": {
         "auto": (0, (CPU, CUDA), ANY),
-        "block": (1, (CUDA,), ANY),
-        "bitmask": (2, (CUDA,), ANY),
-        "grid": (3, (CUDA,), ANY),
-        "block_v2": (4, (CUDA,), ANY),
-        "tiles": (5, (CUDA,), ANY),
-        "flow": (6, (CUDA,), ANY),
-        "sweep": (7, (CPU,), ANY),
+        "grid": (1, (CUDA,), ANY),
+        "block": (2, (CUDA,), ANY),
+        "flow": (3, (CUDA,), ANY),
+        "sweep": (4, (CPU,), ANY),
     },
 }
 

@@ -7,14 +7,15 @@ import pytest
 import torch
 
 import pcops
+from pcops._paths import PATHS
 from conftest import HAS_CUDA
 from helpers import FLOAT_DTYPES, assert_equal
 
 nms_op = torch.ops.pcops.circle_nms.default
 mask_op = torch.ops.pcops.circle_nms_mask.default
 variant_op = torch.ops.pcops._circle_nms_path.default
+PATH = {name: i for name, (i, _, _) in PATHS["circle_nms"].items()}  # name -> id
 BLOCK_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX: the single-block CUDA path up to here
-TILE_MAX = 2048  # PCOPS_CIRCLE_NMS_CUDA_TILE_MAX: the pair-tile CUDA path up to here
 FLOW_MAX = 4096  # PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX: the dataflow CUDA path up to here
 
 
@@ -458,11 +459,11 @@ def test_cuda_small_sanitizer(cuda, gen, N):
 
 
 @pytest.mark.slow
-def test_cuda_removed_bits_in_global_memory(cuda, gen):
-    """Past 4096 column blocks (N > 262144) the bitmask scan keeps its removed bits in the
-    workspace instead of shared memory (needs 8.6 GB of GPU memory for the mask); past 2**20
-    boxes the grid scan does. Boxes in 300 tight clusters keep the CPU comparison quick."""
-    for N, variants in ((4097 * 64 + 3, (0, 2, 3)), (2**20 + 77, (0, 3))):
+def test_cuda_rounds_state_in_global_memory(cuda, gen):
+    """Past 3072 row blocks (N > 196608) the grid path's rounds kernel keeps its state in the
+    workspace instead of shared memory. Boxes in 300 tight clusters keep the CPU comparison
+    quick."""
+    for N, variants in ((4097 * 64 + 3, (PATH["auto"], PATH["grid"])), (2**20 + 77, (PATH["auto"],))):
         cluster = torch.randint(0, 300, (N,), generator=gen)
         centers = (torch.rand(300, 2, generator=gen)[cluster] * 1000
                    + torch.rand(N, 2, generator=gen) * 0.1)
@@ -649,7 +650,7 @@ def test_bad_inputs_raise(device, case, op):
 
 
 def test_cuda_too_many_boxes_raise(cuda):
-    N = 65535 * 64 + 1  # one 64-box block more than the mask kernel's grid allows
+    N = 65535 * 64 + 1  # PCOPS_CIRCLE_NMS_CUDA_MAX + 1
     c, s = torch.zeros(N, 2, device=cuda), torch.zeros(N, device=cuda)
     for op in (nms_op, mask_op):
         with pytest.raises(ValueError, match=r"pcops\.circle_nms(_mask)?: argument 'centers' must hold at most 4194240 boxes on CUDA"):
@@ -678,18 +679,16 @@ def test_second_gpu(gen):
 
 
 # ---------------------------------------------------------------------------------------------
-# every path gives the same bits: the CPU, the CUDA single-block kernels (variant 1 and its v2,
-# variant 4, N <= 4096), the CUDA pair-tile path (variant 5, N <= 2048), the CUDA dataflow path
-# (variant 6, N <= 4096), the CUDA bitmask path (variant 2) and the CUDA grid path (variant 3),
-# each forced through the internal op's argument
+# every path gives the same bits: the CPU (sweep), the CUDA grid path, the CUDA block path
+# (N <= 4096) and the CUDA flow path (N <= 4096), each forced through the internal op's
+# argument
 
 
 def path_cases(gen):
     """(name, centers, scores, radius, groups): ties, duplicates, groups, edge radii, non-finite
     values, N around the single-block limit."""
     cases = []
-    for N in [0, 1, 2, 63, 64, 65, 1000, TILE_MAX, TILE_MAX + 1, BLOCK_MAX - 1, BLOCK_MAX,
-              BLOCK_MAX + 1]:
+    for N in [0, 1, 2, 63, 64, 65, 1000, 2048, 2049, BLOCK_MAX - 1, BLOCK_MAX, BLOCK_MAX + 1]:
         c, s, g = detections(N, gen, n_groups=3)
         cases.append((f"uniform N={N} groups", c, s, 0.5, g))
         cases.append((f"uniform N={N}", c, s, 0.5, None))
@@ -726,7 +725,7 @@ def path_cases(gen):
     # chains: boxes on a line 0.45 apart (radius 0.5), visited along it, so that each box's
     # fate waits on the one before (the in-order pass after the rounds), and a zigzag of two
     # interleaved lines visited in random order
-    # 2000: the pair-tile path's size; 4096 + 1000: the grid path's rounds on the whole GPU too
+    # 4096 + 1000: the grid path's rounds on the whole GPU too
     for N in (2000, 3000, BLOCK_MAX + 1000):
         c = torch.zeros(N, 3)
         c[:, 0] = torch.arange(N, dtype=torch.float32) * 0.45
@@ -770,7 +769,9 @@ def test_variant_op_on_cpu_is_the_public_ops(gen):
 
 def test_path_op_on_cpu_has_one_path():
     c, s = torch.rand(10, 2), torch.rand(10)
-    for variant in (1, 2, 3, 4, 5, 6):
+    _, idx, n = variant_op(c, s, 1.0, None, PATH["sweep"])
+    assert_equal(idx[:int(n)], nms_op(c, s, 1.0))
+    for variant in (PATH["grid"], PATH["block"], PATH["flow"]):
         with pytest.raises(ValueError, match=r"pcops\._circle_nms_path: path '\w+' does not run on the CPU"):
             variant_op(c, s, 1.0, None, variant)
     with pytest.raises(ValueError, match=r"pcops\._circle_nms_path: argument 'path' must be a path id"):
@@ -804,9 +805,8 @@ def test_cuda_every_path_matches_cpu(cuda, gen, dtype, score_dtype):
     for name, c, s, radius, g in path_cases(gen):
         c, s = c.to(dtype), s.to(score_dtype)
         want_mask, want_idx, want_n = cpu_variant(c, s, radius, g)
-        variants = ([0, 2, 3] + ([1, 4] if len(c) <= BLOCK_MAX else [])
-                    + ([5] if len(c) <= TILE_MAX else [])
-                    + ([6] if len(c) <= FLOW_MAX else []))
+        variants = ([PATH["auto"], PATH["grid"]] + ([PATH["block"]] if len(c) <= BLOCK_MAX else [])
+                    + ([PATH["flow"]] if len(c) <= FLOW_MAX else []))
         for variant in variants:
             mask, idx, n = variant_op(*to(cuda, c, s)[:2], radius,
                                       None if g is None else g.cuda(), variant)
@@ -818,26 +818,21 @@ def test_cuda_every_path_matches_cpu(cuda, gen, dtype, score_dtype):
 
 def test_cuda_single_block_limit(cuda, gen):
     c, s = torch.rand(BLOCK_MAX + 1, 2, device=cuda), torch.rand(BLOCK_MAX + 1, device=cuda)
-    for variant in (1, 4):
-        with pytest.raises(ValueError, match=r"pcops\._circle_nms_path: path '\w+' cannot take these inputs \(N = 4097\)"):
-            variant_op(c, s, 1.0, None, variant)
-    with pytest.raises(ValueError, match=r"path 'tiles' cannot take these inputs \(N = 2049\)"):
-        variant_op(c[:TILE_MAX + 1], s[:TILE_MAX + 1], 1.0, None, 5)
+    with pytest.raises(ValueError, match=r"pcops\._circle_nms_path: path 'block' cannot take these inputs \(N = 4097\)"):
+        variant_op(c, s, 1.0, None, PATH["block"])
     with pytest.raises(ValueError, match=r"path 'flow' cannot take these inputs \(N = 4097\)"):
-        variant_op(c, s, 1.0, None, 6)
+        variant_op(c, s, 1.0, None, PATH["flow"])
     with pytest.raises(ValueError, match=r"path 'sweep' does not run on CUDA"):
-        variant_op(c[:10], s[:10], 1.0, None, 7)
-    for bad in (-1, 8):
+        variant_op(c[:10], s[:10], 1.0, None, PATH["sweep"])
+    for bad in (-1, len(PATH)):
         with pytest.raises(ValueError, match=r"argument 'path' must be a path id"):
             variant_op(c[:10], s[:10], 1.0, None, bad)
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("variant", [PATH["grid"], PATH["block"], PATH["flow"]])
 @pytest.mark.parametrize("N", [1, 65, 700, 2100])  # 2100: a 4096-key sort by 1024 threads
 def test_cuda_paths_sanitizer(cuda, gen, variant, N):
-    if variant == 5:
-        N = min(N, TILE_MAX)  # its limit: 2048 (a 2048-key sort in its v2 body)
     c, s, g = detections(N, gen, n_groups=2, grid=4)
     want = cpu_variant(c, s, 0.6, g)
     got = variant_op(*to(cuda, c, s)[:2], 0.6, g.cuda(), variant)
@@ -869,18 +864,17 @@ def test_cuda_grid_rounds_sanitizer(cuda, gen, case):
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("dense", [False, True])
 @pytest.mark.parametrize("N", [97, 1000, 4096])
-def test_cuda_block_v2_modes_sanitizer(cuda, gen, dense, N):
-    """Variant 4 in both scan modes: the pred lists in shared memory (sparse) and the push
+def test_cuda_block_modes_sanitizer(cuda, gen, dense, N):
+    """The block path in both scan modes: the pred lists in shared memory (sparse) and the push
     scan (dense: every box within the radius of every other, far more pairs than fit), float64
-    centres and scores with groups (the least room for the lists). Variant 5 (N <= 2048) on the
-    same inputs: its gathered lists (sparse) and its fallback to the whole v2 body (dense), with
-    the scores in visiting order (its triangle of tiles) and not."""
+    centres and scores with groups (the least room for the lists), scores in visiting order
+    (no sort) and not; the flow path on the same inputs."""
     c, s, g = detections(N, gen, n_groups=2, grid=4)
     radius = 1e3 if dense else 0.6
     sorted_s = torch.sort(s, descending=True).values
     for cc, ss, gg in ((c, s, g), (c.double(), s.double(), g), (c, s, None), (c, sorted_s, g)):
         want = cpu_variant(cc, ss, radius, gg)
-        for variant in (4, 5, 6) if N <= TILE_MAX else (4, 6):
+        for variant in (PATH["block"], PATH["flow"]):
             got = variant_op(*to(cuda, cc, ss)[:2], radius, None if gg is None else gg.cuda(),
                              variant)
             for a, b in zip(got, want):
@@ -914,7 +908,7 @@ def block_cases(gen, N):
     c = c.clone()
     c[: N // 2] = c[: N // 2] * 1e-3  # half of the boxes in one dense spot
     cases.append(("dense spot", c, s, None))
-    # scores already in visiting order (variant 4 skips its sort), NaN first and ties; and the
+    # scores already in visiting order (the block path skips its sort), NaN first and ties; and the
     # same with one neighbouring pair out of order (the sort runs)
     c, s, g = detections(N, gen, n_groups=2)
     s = torch.sort(torch.round(s * 8) / 8, descending=True).values
@@ -929,11 +923,10 @@ def block_cases(gen, N):
 
 @pytest.mark.parametrize("N", [1, 2, 31, 33, 63, 64, 65, 100, 127, 129, 255, 257, 500, 511, 513,
                                1000, 1023, 1025, 2047, 2049, 3000, 4095, 4096])
-def test_cuda_block_v2_matches_cpu_and_block_v1(cuda, gen, N):
-    """Variant 6 (the default up to 4096 boxes), variant 4 (its fallback) and variant 5 (N <=
-    2048) give the bits of the CPU and of variant 1 on every size around the warp,
-    tile, block and sort sizes, on clustered, tied, grouped, duplicated and non-finite inputs,
-    both centre and score dtypes."""
+def test_cuda_block_and_flow_match_cpu(cuda, gen, N):
+    """The flow path (the default up to 4096 boxes), the block path (its fallback) and the grid
+    path give the bits of the CPU on every size around the warp, block and sort sizes, on
+    clustered, tied, grouped, duplicated and non-finite inputs, both centre and score dtypes."""
     for name, c, s, g in block_cases(gen, N):
         for dtype, score_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float64),
                                    (torch.float32, torch.float64)):
@@ -941,22 +934,19 @@ def test_cuda_block_v2_matches_cpu_and_block_v1(cuda, gen, N):
             for radius in (0.5, 2.0):
                 want = cpu_variant(cc, ss, radius, g)
                 args = (*to(cuda, cc, ss)[:2], radius, None if g is None else g.cuda())
-                v1 = variant_op(*args, 1)
                 what = f"{name}, N={N}, {dtype}, scores {score_dtype}, radius {radius}"
-                for variant in (4, 5, 6) if N <= TILE_MAX else (4, 6):
-                    got = variant_op(*args, variant)
-                    for a, b, c1, part in zip(got, want, v1, ("keep_mask", "keep_idx", "num_kept")):
-                        assert_equal(a, b, what=f"{part} of variant {variant} vs cpu, {what}")
-                        assert_equal(a, c1, what=f"{part} of variant {variant} vs variant 1, {what}")
+                for path in ("block", "flow", "grid"):
+                    got = variant_op(*args, PATH[path])
+                    for a, b, part in zip(got, want, ("keep_mask", "keep_idx", "num_kept")):
+                        assert_equal(a, b, what=f"{part} of path {path} vs cpu, {what}")
 
 
 def test_variant_opcheck(device, gen):
     c, s, g = to(device, *detections(150, gen, n_groups=2))
     torch.library.opcheck(variant_op, (c, s, 0.5, g, 0))
     if device == "cuda":
-        torch.library.opcheck(variant_op, (c, s, 0.5, None, 1))
-        torch.library.opcheck(variant_op, (c, s, 0.5, g, 2))
-        torch.library.opcheck(variant_op, (c, s, 0.5, g, 3))
-        torch.library.opcheck(variant_op, (c, s, 0.5, g, 4))
-        torch.library.opcheck(variant_op, (c, s, 0.5, g, 5))
-        torch.library.opcheck(variant_op, (c, s, 0.5, g, 6))
+        torch.library.opcheck(variant_op, (c, s, 0.5, None, PATH["grid"]))
+        torch.library.opcheck(variant_op, (c, s, 0.5, g, PATH["block"]))
+        torch.library.opcheck(variant_op, (c, s, 0.5, g, PATH["flow"]))
+    else:
+        torch.library.opcheck(variant_op, (c, s, 0.5, g, PATH["sweep"]))
