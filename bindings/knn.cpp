@@ -1,6 +1,4 @@
 // knn.cpp -- binding of knn: checks, allocation, dispatch to kernels/knn.*.
-#include <torch/library.h>
-
 #include <climits>
 
 #include "utils.h"
@@ -19,18 +17,18 @@ std::string sizes_of(int64_t B, int64_t M, int64_t N, int64_t k) {
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct KnnCall {
-    at::Tensor query;  // [B,M,3], float32 or float64 (half types upcast)
-    at::Tensor ref;    // [B,N,3], same dtype as query
-    std::optional<at::Tensor> query_lengths;
-    std::optional<at::Tensor> ref_lengths;
-    at::Tensor dist2;  // [B,M,k], in the compute dtype
-    at::Tensor idx;    // [B,M,k] int64
+    Tensor query;  // [B,M,3], float32 or float64 (half types upcast)
+    Tensor ref;    // [B,N,3], same dtype as query
+    std::optional<Tensor> query_lengths;
+    std::optional<Tensor> ref_lengths;
+    Tensor dist2;  // [B,M,k], in the compute dtype
+    Tensor idx;    // [B,M,k] int64
     int64_t B, M, N, k;
 };
 
-KnnCall prepare(const at::Tensor& query, const at::Tensor& ref, int64_t k,
-                const std::optional<at::Tensor>& query_lengths,
-                const std::optional<at::Tensor>& ref_lengths) {
+KnnCall prepare(const Tensor& query, const Tensor& ref, int64_t k,
+                const std::optional<Tensor>& query_lengths,
+                const std::optional<Tensor>& ref_lengths) {
     QueryRef q = check_query_ref(kOp, query, ref, query_lengths, ref_lengths);
     check_positive(kOp, "k", k);
     check_output_elements(kOp, "k", {q.B, q.M, k}, q.query.element_size() + 8, query);
@@ -43,56 +41,51 @@ KnnCall prepare(const at::Tensor& query, const at::Tensor& ref, int64_t k,
     c.ref_lengths = q.ref_lengths;
     c.query = q.query;
     c.ref = q.ref;
-    c.dist2 = allocate(kOp, "k", {c.B, c.M, k}, c.query.options());
-    c.idx = allocate(kOp, "k", {c.B, c.M, k}, query.options().dtype(at::kLong));
+    c.dist2 = allocate(kOp, "k", {c.B, c.M, k}, dtype_of(c.query), c.query);
+    c.idx = allocate(kOp, "k", {c.B, c.M, k}, ScalarType::Long, query);
     return c;
 }
 
-std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Tensor& ref,
-                                           int64_t k,
-                                           const std::optional<at::Tensor>& query_lengths,
-                                           const std::optional<at::Tensor>& ref_lengths,
-                                           int64_t path) {
+std::tuple<Tensor, Tensor> knn_cpu(const Tensor& query, const Tensor& ref, int64_t k,
+                                   const std::optional<Tensor>& query_lengths,
+                                   const std::optional<Tensor>& ref_lengths, int64_t path) {
     KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
-    pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    pcops_dtype dtype = to_pcops_dtype(dtype_of(c.query));
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, false, dtype);
     const pcops_knn_path v = (pcops_knn_path)path;
     const int64_t workspace_bytes =
         (int64_t)pcops_knn_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.k, v);
-    at::Tensor workspace =
-        allocate(kOp, nullptr, {workspace_bytes}, c.query.options().dtype(at::kByte));
+    Tensor workspace =
+        allocate(kOp, nullptr, {workspace_bytes}, ScalarType::Byte, c.query);
     const pcops_status status = pcops_knn_cpu_path(
         dtype, c.query.data_ptr(), c.ref.data_ptr(), ptr_or_null(c.query_lengths),
-        ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.k, v, workspace.data_ptr(),
-        c.dist2.data_ptr(), c.idx.data_ptr<int64_t>());
+        ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.k, v, workspace_ptr(workspace),
+        c.dist2.data_ptr(), data<int64_t>(c.idx));
     if (status != PCOPS_SUCCESS && forced != nullptr)
         forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
     check_status(kOp, status);
-    return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
+    return {to_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
 }
 
-std::tuple<at::Tensor, at::Tensor> knn_cpu_auto(const at::Tensor& query, const at::Tensor& ref,
-                                                int64_t k,
-                                                const std::optional<at::Tensor>& query_lengths,
-                                                const std::optional<at::Tensor>& ref_lengths) {
+std::tuple<Tensor, Tensor> knn_cpu_auto(const Tensor& query, const Tensor& ref, int64_t k,
+                                        const std::optional<Tensor>& query_lengths,
+                                        const std::optional<Tensor>& ref_lengths) {
     return knn_cpu(query, ref, k, query_lengths, ref_lengths, PCOPS_KNN_AUTO);
 }
 
 #ifdef PCOPS_WITH_CUDA
-std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::Tensor& ref,
-                                            int64_t k,
-                                            const std::optional<at::Tensor>& query_lengths,
-                                            const std::optional<at::Tensor>& ref_lengths,
-                                            int64_t path) {
+std::tuple<Tensor, Tensor> knn_cuda(const Tensor& query, const Tensor& ref, int64_t k,
+                                    const std::optional<Tensor>& query_lengths,
+                                    const std::optional<Tensor>& ref_lengths, int64_t path) {
     check_cuda_tensor(kOp, "query", query);
-    c10::cuda::CUDAGuard guard(query.device());
+    DeviceGuard guard(query);
     KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
     // Indices inside a cloud are 32-bit on the GPU.
-    TORCH_CHECK_VALUE(c.M <= INT_MAX && c.N <= INT_MAX && c.k <= INT_MAX, "pcops.", kOp,
+    PCOPS_CHECK_VALUE(c.M <= INT_MAX && c.N <= INT_MAX && c.k <= INT_MAX, "pcops.", kOp,
                       ": on CUDA, M, N and k must be at most 2**31 - 1, got M = ", c.M,
                       ", N = ", c.N, ", k = ", c.k);
-    const pcops_dtype dtype = to_pcops_dtype(c.query.scalar_type());
+    const pcops_dtype dtype = to_pcops_dtype(dtype_of(c.query));
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, true, dtype);
     pcops_knn_cuda_plan plan;
@@ -101,41 +94,36 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
     if (err != cudaSuccess && forced != nullptr)
         forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
     check_cuda(kOp, err);
-    at::Tensor workspace = workspace_tensor(kOp, plan.workspace_bytes, c.query);
+    Tensor workspace = workspace_tensor(kOp, plan.workspace_bytes, c.query);
     check_cuda(kOp, pcops_knn_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
                                        ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths),
                                        workspace_ptr(workspace), c.dist2.data_ptr(),
-                                       c.idx.data_ptr<int64_t>(),
-                                       at::cuda::getCurrentCUDAStream()));
-    return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
+                                       data<int64_t>(c.idx),
+                                       current_stream(query)));
+    return {to_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
 }
 
-std::tuple<at::Tensor, at::Tensor> knn_cuda_auto(const at::Tensor& query, const at::Tensor& ref,
-                                                 int64_t k,
-                                                 const std::optional<at::Tensor>& query_lengths,
-                                                 const std::optional<at::Tensor>& ref_lengths) {
+std::tuple<Tensor, Tensor> knn_cuda_auto(const Tensor& query, const Tensor& ref, int64_t k,
+                                         const std::optional<Tensor>& query_lengths,
+                                         const std::optional<Tensor>& ref_lengths) {
     return knn_cuda(query, ref, k, query_lengths, ref_lengths, PCOPS_KNN_AUTO);
 }
 #endif
 
 }  // namespace
+}  // namespace pcops
 
-TORCH_LIBRARY_IMPL(pcops, CPU, m) {
-    m.impl("knn", &knn_cpu_auto);
-    m.impl("_knn_path", &knn_cpu);
+STABLE_TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+    m.impl("knn", TORCH_BOX(&pcops::knn_cpu_auto));
+    m.impl("_knn_path", TORCH_BOX(&pcops::knn_cpu));
 }
 
 #ifdef PCOPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
-    m.impl("knn", &knn_cuda_auto);
-    m.impl("_knn_path", &knn_cuda);
+STABLE_TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+    m.impl("knn", TORCH_BOX(&pcops::knn_cuda_auto));
+    m.impl("_knn_path", TORCH_BOX(&pcops::knn_cuda));
 }
 #endif
 
 // The private _knn_path is for comparing paths' results: not differentiable (knn's autograd
-// formula is registered in pcops/knn.py); the fallthrough keeps it in C++.
-TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
-    m.impl("_knn_path", torch::CppFunction::makeFallthrough());
-}
-
-}  // namespace pcops
+// formula is registered in pcops/knn.py); its Autograd key falls through (pcops/_loader.py).

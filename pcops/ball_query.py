@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from . import _autograd, _checks
-from ._dispatch import call as _call, call_plain as _call_plain
+from ._dispatch import call as _call, call_plain as _call_plain, no_autograd as _no_autograd
 from .neighbor_dist2 import _dist2_backward, _dist2_tangent
 
 __all__ = ["ball_query", "ball_query_dist2"]
@@ -161,3 +161,9 @@ def _ball_query_path_fake(query, ref, radius, nsample, query_lengths, ref_length
 
 _autograd.register_fold_vmap("ball_query", batched=(0, 1, 4, 5))
 _autograd.register_fold_vmap("_ball_query_path", batched=(0, 1, 4, 5))
+
+
+# Autograd: ball_query's outputs are indices and counts, not differentiable: its Autograd key
+# falls through (no autograd kernel on the call; inputs that require grad are accepted and the
+# outputs do not require it). ball_query_dist2's distances have their formula in _autograd.py.
+_no_autograd("ball_query", "_ball_query_path")

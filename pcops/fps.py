@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 
 from . import _autograd, _checks
-from ._dispatch import call_plain as _call_plain
+from ._dispatch import call_plain as _call_plain, no_autograd as _no_autograd
 
 __all__ = ["furthest_point_sample"]
 
@@ -92,9 +92,10 @@ _autograd.register_fold_vmap("furthest_point_sample", batched=(0, 2, 3))
 _autograd.register_fold_vmap("_furthest_point_sample_path", batched=(0, 2, 3))
 
 
-# Autograd: none. The outputs (indices, coverage curve) are not differentiable; the bindings
-# register a fallthrough for the Autograd key (bindings/fps.cpp), so a call never enters Python
-# after this wrapper and the outputs never require grad.
+# Autograd: none. The outputs (indices, coverage curve) are not differentiable; the Autograd key
+# falls through, so a call never enters Python after this wrapper and the outputs never require
+# grad.
+_no_autograd("furthest_point_sample", "_furthest_point_sample_path")
 
 
 @torch.library.register_fake("pcops::_fps_layout")
