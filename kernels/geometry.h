@@ -41,6 +41,7 @@
 #ifndef PCOPS_GEOMETRY_H
 #define PCOPS_GEOMETRY_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -103,6 +104,21 @@
  *    to nearest on its own (no FMA). +inf for overflow, NaN for non-finite inputs, as IEEE
  *    says. Built from two rounded operations per type: the intrinsics on the device, plain
  *    operators on the host (each product kept from contraction by section 1).
+ *
+ *    The overflow rule (what the searches report). +inf means an empty slot, so two points
+ *    with finite coordinates never get it: where their sum overflows (coordinates beyond
+ *    about 1.8e19 in float32, 1.3e154 in float64, or differences that overflow) the distance
+ *    is the type's largest finite value PCOPS_DIST2_MAX_<SUF> (FLT_MAX, DBL_MAX); such refs tie
+ *    there and are ordered by index like every other tie. A point with a non-finite
+ *    coordinate is never a neighbour. The searches get this cheaply, in two steps:
+ *      - a point is staged ONCE where it is loaded (a tile, a copy, a register):
+ *        pcops_staged_x_SUF(x, y, z) is x, or NaN when a coordinate is not finite, so every
+ *        distance to it is NaN, which no selection takes (comparisons with NaN are false);
+ *      - each distance then only saturates: pcops_dist2_sat_SUF(d) = (MAX < d) ? MAX : d,
+ *        which keeps NaN (one compare and a select, or one min.NaN on sm_80+).
+ *    Paths whose points are all finite (the grids bin only finite refs and skip non-finite
+ *    queries) need only the saturation. pcops_dist2_checked_SUF is the rule in one call, for
+ *    ops that compute a few distances of given pairs (neighbor_dist2).
  * ---------------------------------------------------------------------------------------- */
 #if defined(__CUDA_ARCH__)
 PCOPS_HD float pcops_mul_f32(float a, float b) { return __fmul_rn(a, b); }
@@ -138,6 +154,54 @@ PCOPS_DEFINE_HOST_OPS(f64, double)
 PCOPS_DEFINE_DIST2(f32, float)
 PCOPS_DEFINE_DIST2(f64, double)
 #undef PCOPS_DEFINE_DIST2
+
+/* The largest finite float32 / float64 (FLT_MAX, DBL_MAX, spelled out: no <float.h> needed). */
+#define PCOPS_DIST2_MAX_f32 3.40282346638528859812e+38f
+#define PCOPS_DIST2_MAX_f64 1.79769313486231570815e+308
+
+/* The saturation of a distance d >= +0 or NaN: MAX for +inf, NaN stays NaN (MAX < NaN is
+ * false). On sm_80+ one min.NaN.f32 (NaN if either operand is). */
+PCOPS_HD float pcops_dist2_sat_f32(float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(d), "f"(PCOPS_DIST2_MAX_f32));
+    return r;
+#else
+    return PCOPS_DIST2_MAX_f32 < d ? PCOPS_DIST2_MAX_f32 : d;
+#endif
+}
+PCOPS_HD double pcops_dist2_sat_f64(double d) {
+    return PCOPS_DIST2_MAX_f64 < d ? PCOPS_DIST2_MAX_f64 : d;
+}
+
+/* pcops_staged_x_SUF(x, y, z): the x coordinate of a point as the searches stage it: x when
+ * the three coordinates are finite, else NaN (every distance to the point is then NaN: never a
+ * neighbour, and never saturated). |v| <= MAX is false for +-inf and NaN. Branch-free, so
+ * that copy loops vectorise. pcops_dist2_checked_SUF(a, b): the rule for one pair, looking at
+ * the coordinates (a non-finite point keeps IEEE's +inf or NaN). */
+#define PCOPS_DEFINE_STAGED(SUF, T)                                                            \
+    PCOPS_HD T pcops_staged_x_##SUF(T x, T y, T z) {                                           \
+        const T ax = x < 0 ? -x : x, ay = y < 0 ? -y : y, az = z < 0 ? -z : z;                 \
+        return (ax <= PCOPS_DIST2_MAX_##SUF) & (ay <= PCOPS_DIST2_MAX_##SUF) &                 \
+                       (az <= PCOPS_DIST2_MAX_##SUF)                                           \
+                   ? x                                                                         \
+                   : (T)NAN;                                                                   \
+    }                                                                                          \
+    PCOPS_HD T pcops_dist2_checked_##SUF(T ax, T ay, T az, T bx, T by, T bz) {                 \
+        const T d = pcops_dist2_##SUF(ax, ay, az, bx, by, bz);                                 \
+        const int finite = pcops_staged_x_##SUF(ax, ay, az) == ax &&                           \
+                           pcops_staged_x_##SUF(bx, by, bz) == bx;                             \
+        return finite ? pcops_dist2_sat_##SUF(d) : d;                                          \
+    }                                                                                          \
+    /* The pruning limit of a selection whose current k-th distance is th: a lower bound   */  \
+    /* above it rules a ref out, except when th is the saturated maximum, which a ref of   */  \
+    /* lower index at any larger true distance still ties (then +inf: nothing is pruned).  */  \
+    PCOPS_HD double pcops_prune_limit_##SUF(T th) {                                            \
+        return th < PCOPS_DIST2_MAX_##SUF ? (double)th : (double)INFINITY;                     \
+    }
+PCOPS_DEFINE_STAGED(f32, float)
+PCOPS_DEFINE_STAGED(f64, double)
+#undef PCOPS_DEFINE_STAGED
 
 /* ------------------------------------------------------------------------------------------
  * 3. The key (dist2, idx): ordered by dist2, ties to the lower idx. Selection (kNN, FPS's

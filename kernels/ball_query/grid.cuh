@@ -122,7 +122,7 @@ __device__ __forceinline__ void ball_walk(const BallGridParams& p, int64_t b, co
                                           T r2, List& list) {
     const double q[3] = {qx, qy, qz};
     const double reach = sqrt((double)r2 / PCOPS_GRID_SHRINK) + g.margin;
-    const double lim = (double)r2;
+    const double lim = pcops_grid_ball_limit((double)r2);
     int32_t c0[3], c1[3];
     for (int a = 0; a < 3; ++a) {
         c0[a] = pcops_grid_coord(&g, a, q[a] - reach);

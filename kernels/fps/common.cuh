@@ -68,6 +68,10 @@ __device__ __forceinline__ double fps_dist2(double x, double y, double z, double
     return pcops_dist2_f64(x, y, z, cx, cy, cz);
 }
 
+// The largest finite value, where fps_dist2 saturates (geometry.h); the argument picks the type.
+__device__ __forceinline__ float fps_dist2_max(float) { return PCOPS_DIST2_MAX_f32; }
+__device__ __forceinline__ double fps_dist2_max(double) { return PCOPS_DIST2_MAX_f64; }
+
 // The key order of kernels/geometry.h on (temp, -index): the larger temp, ties to the lower index.
 __device__ __forceinline__ bool farther(const Candidate<float>& a, const Candidate<float>& b) {
     return pcops_key_greater_f32(a.value, -(int64_t)a.index, b.value, -(int64_t)b.index);

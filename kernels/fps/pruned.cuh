@@ -278,11 +278,12 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
             cy = xyz_s[cur].y;
             cz = xyz_s[cur].z;
         }
-        // the sample's squared distance to the warp's box, as fps_dist2 rounds it
+        // the sample's squared distance to the warp's box, as fps_dist2 rounds it; capped at
+        // the saturated maximum (geometry.h), which it is when an axis gap itself overflows
         const T gx = fmax(fmax(wlo[0] - cx, cx - whi[0]), T(0));
         const T gy = fmax(fmax(wlo[1] - cy, cy - whi[1]), T(0));
         const T gz = fmax(fmax(wlo[2] - cz, cz - whi[2]), T(0));
-        const T gap = fps_dist2(gx, gy, gz, T(0), T(0), T(0));
+        const T gap = fmin(fps_dist2(gx, gy, gz, T(0), T(0), T(0)), fps_dist2_max(T(0)));
         if (j == 1 || !(gap > T(0) && gap >= wbest.value)) {
             Candidate<T> c = no_candidate<T>();
 #pragma unroll

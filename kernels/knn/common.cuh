@@ -41,6 +41,11 @@ __device__ __forceinline__ double squared_distance(double qx, double qy, double 
     return pcops_dist2_f64(qx, qy, qz, r.x, r.y, r.z);
 }
 
+// The pruning limit of a k-th distance th (geometry.h): th, or +inf once th has saturated at
+// the type's maximum, where a ref of lower index at any larger true distance still ties.
+__device__ __forceinline__ double prune_limit(float th) { return pcops_prune_limit_f32(th); }
+__device__ __forceinline__ double prune_limit(double th) { return pcops_prune_limit_f64(th); }
+
 // The sorted list of one thread in registers: d[0] <= d[1] <= ... <= d[K-1], ties in index
 // order. The first K - k slots hold -inf and never move; d[K-1] is the k-th distance.
 template <typename T, int K>
