@@ -5,7 +5,8 @@
  * What lives here, top to bottom:
  *   1. PCOPS_HD and the no-contraction guarantee for the C compilers.
  *   2. pcops_dist2_{f32,f64} / pcops_dist2_xy_{f32,f64}: THE squared distance. Every kernel
- *      that compares distances calls these, so the CPU and CUDA choose the same points.
+ *      that compares distances calls these, so the CPU and CUDA choose the same points. The
+ *      overflow rule: pcops_staged_x_*, pcops_dist2_sat_*, pcops_dist2_checked_*.
  *   3. The (dist2, idx) key: its order, and the float32 packing into one uint64.
  *   4. Bounded selection lists on (dist2, idx): a max-heap and a sorted list, host and device.
  *   5. Valid lengths (lengths[b] clamped to [0, N]) and x mod L.
@@ -106,8 +107,8 @@
  *    operators on the host (each product kept from contraction by section 1).
  *
  *    The overflow rule (what the searches report). +inf means an empty slot, so two points
- *    with finite coordinates never get it: where their sum overflows (coordinates beyond
- *    about 1.8e19 in float32, 1.3e154 in float64, or differences that overflow) the distance
+ *    with finite coordinates never get it: where their sum overflows (points about 1.8e19
+ *    apart in float32, 1.3e154 in float64, or differences that overflow) the distance
  *    is the type's largest finite value PCOPS_DIST2_MAX_<SUF> (FLT_MAX, DBL_MAX); such refs tie
  *    there and are ordered by index like every other tie. A point with a non-finite
  *    coordinate is never a neighbour. The searches get this cheaply, in two steps:
@@ -199,9 +200,23 @@ PCOPS_HD double pcops_dist2_sat_f64(double d) {
     PCOPS_HD double pcops_prune_limit_##SUF(T th) {                                            \
         return th < PCOPS_DIST2_MAX_##SUF ? (double)th : (double)INFINITY;                     \
     }
+#if defined(__CUDA_ARCH__)
+/* device, float64: on the high words only (32-bit operations; the compares and the 64-bit
+ * select of the generic form cost registers): a non-finite coordinate has the exponent all
+ * ones, and setting the top mantissa bit of x's makes it a NaN */
+#define pcops_staged_x_f64 pcops_staged_x_f64_generic
+#endif
 PCOPS_DEFINE_STAGED(f32, float)
 PCOPS_DEFINE_STAGED(f64, double)
 #undef PCOPS_DEFINE_STAGED
+#if defined(__CUDA_ARCH__)
+#undef pcops_staged_x_f64
+PCOPS_HD double pcops_staged_x_f64(double x, double y, double z) {
+    const int e = 0x7ff00000, hx = __double2hiint(x);
+    const int bad = ((hx & e) == e) | ((__double2hiint(y) & e) == e) | ((__double2hiint(z) & e) == e);
+    return __hiloint2double(hx | (bad ? 0x7ff80000 : 0), __double2loint(x));
+}
+#endif
 
 /* ------------------------------------------------------------------------------------------
  * 3. The key (dist2, idx): ordered by dist2, ties to the lower idx. Selection (kNN, FPS's

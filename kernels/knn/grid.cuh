@@ -156,12 +156,12 @@ __device__ __forceinline__ void scan_run(const Point4<T>* __restrict__ pts, int3
                                          int32_t end, T qx, T qy, T qz, List& list) {
     for (; j + 1 < end; j += 2) {
         const Point4<T> r0 = pts[j], r1 = pts[j + 1];
-        list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
-        list.offer(squared_distance(qx, qy, qz, r1), point_id(r1));
+        list.offer(finite_distance(qx, qy, qz, r0), point_id(r0));
+        list.offer(finite_distance(qx, qy, qz, r1), point_id(r1));
     }
     if (j < end) {
         const Point4<T> r0 = pts[j];
-        list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
+        list.offer(finite_distance(qx, qy, qz, r0), point_id(r0));
     }
 }
 
