@@ -213,7 +213,8 @@ PCOPS_DEFINE_STAGED(f64, double)
 #undef pcops_staged_x_f64
 PCOPS_HD double pcops_staged_x_f64(double x, double y, double z) {
     const int e = 0x7ff00000, hx = __double2hiint(x);
-    const int bad = ((hx & e) == e) | ((__double2hiint(y) & e) == e) | ((__double2hiint(z) & e) == e);
+    const int bad =
+        ((hx & e) == e) | ((__double2hiint(y) & e) == e) | ((__double2hiint(z) & e) == e);
     return __hiloint2double(hx | (bad ? 0x7ff80000 : 0), __double2loint(x));
 }
 #endif

@@ -49,7 +49,7 @@
                     continue;                                                                  \
                 }                                                                              \
                 const T* rp = rb + n * 3;                                                      \
-                o[i] = pcops_dist2_checked_##SUF(qp[0], qp[1], qp[2], rp[0], rp[1], rp[2]);            \
+                o[i] = pcops_dist2_checked_##SUF(qp[0], qp[1], qp[2], rp[0], rp[1], rp[2]);    \
             }                                                                                  \
         }                                                                                      \
     } while (0)

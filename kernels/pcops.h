@@ -163,8 +163,9 @@ pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void
  *
  * The first S valid refs in index order with squared distance < radius2 (compared in dtype:
  * (T)radius2; an overflow between finite points saturates at FLT_MAX / DBL_MAX, geometry.h,
- * so it is inside only when (T)radius2 itself is +inf; a non-finite ref never is). Empty slots repeat the first neighbour found; a query with no neighbour (or an
- * invalid query) gets -1 everywhere and count 0. count is the number found, capped at S.
+ * so it is inside only when (T)radius2 itself is +inf; a non-finite ref never is). Empty
+ * slots repeat the first neighbour found; a query with no neighbour (or an invalid query) gets
+ * -1 everywhere and count 0. count is the number found, capped at S.
  * dtype: FLOAT32 or FLOAT64.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const void* ref,

@@ -45,7 +45,8 @@ __device__ __forceinline__ double squared_distance(double qx, double qy, double 
 
 // The same for points known finite (the grids bin only finite refs and walk only finite
 // queries): no NaN to keep, so the saturation is a plain min.
-__device__ __forceinline__ float finite_distance(float qx, float qy, float qz, const Point4<float>& r) {
+__device__ __forceinline__ float finite_distance(float qx, float qy, float qz,
+                                                 const Point4<float>& r) {
     return fminf(pcops_dist2_f32(qx, qy, qz, r.x, r.y, r.z), PCOPS_DIST2_MAX_f32);
 }
 __device__ __forceinline__ double finite_distance(double qx, double qy, double qz,
