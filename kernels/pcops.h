@@ -228,9 +228,10 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  * visiting order is computed inside (kernels/circle_nms.h has its key). keep_mask or keep_idx
  * may be NULL (not written); every element of the outputs given is written.
  *
- * CPU: one thread; a stable radix sort of the score keys, then the boxes sorted by group and
- * along x or y, so that a kept box tests only the boxes of its group within the radius along
- * that axis; O(N + K * band), at worst O(K * N), for K kept boxes; workspace O(N).
+ * CPU: one thread; a stable radix sort of the score keys, then the boxes sorted by group and y
+ * and cut into rows less than a radius tall, each row sorted by x, so that a kept box tests
+ * only its band of x in its row and the two next to it: O(N) sorts, a few binary searches and
+ * about a dozen distance tests per box whatever the layout; workspace O(N).
  * CUDA: see pcops_circle_nms_cuda_path below; no host synchronisation (*num_kept is
  * written on the device, once: by the grid and block paths before keep_mask / keep_idx, by the
  * flow path as soon as every block has counted its kept boxes, so a host polling it in mapped
