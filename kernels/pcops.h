@@ -467,9 +467,12 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
 /* Circle NMS on CUDA through `path` (pcops_circle_nms_path; kernels/circle_nms/plan.cuh):
  *   AUTO (0): what pcops_circle_nms_cuda does: FLOW up to 4096 boxes (on sm_80 / sm_90), GRID
  *     above;
- *   GRID: any N <= PCOPS_CIRCLE_NMS_CUDA_MAX; two cub radix sorts (score, then cell of a grid
- *     at least the radius wide), each box's earlier neighbours from its 3x3 cells, then the
- *     greedy by rounds over 64-box row blocks; a workspace of O(N) bytes;
+ *   GRID: any N <= PCOPS_CIRCLE_NMS_CUDA_MAX; two cub radix sorts (score, then bucket of a
+ *     hashed grid of cells a radius wide), then rounds in which a few boxes of each cell are
+ *     kept when no earlier neighbour is undecided and the boxes kept remove their later
+ *     neighbours, an in-order finish for what the rounds leave (boxes on a line visited along it:
+ *     64 boxes a step); about the work of uniform boxes whatever the layout, a workspace of
+ *     about 120 bytes per box;
  *   BLOCK: N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX; one thread block, one launch, no workspace:
  *     the score sort in registers, a grid by counting sort, the greedy by one warp per 64-box
  *     row block over lists of each block's earlier neighbours (a scan of the kept boxes'

@@ -460,9 +460,8 @@ def test_cuda_small_sanitizer(cuda, gen, N):
 
 @pytest.mark.slow
 def test_cuda_rounds_state_in_global_memory(cuda, gen):
-    """Past 3072 row blocks (N > 196608) the grid path's rounds kernel keeps its state in the
-    workspace instead of shared memory. Boxes in 300 tight clusters keep the CPU comparison
-    quick."""
+    """The grid path at 262k and 1M boxes: the decisions on many blocks of a cooperative launch,
+    boxes crowded in few buckets. Boxes in 300 tight clusters keep the CPU comparison quick."""
     for N, variants in ((4097 * 64 + 3, (PATH["auto"], PATH["grid"])), (2**20 + 77, (PATH["auto"],))):
         cluster = torch.randint(0, 300, (N,), generator=gen)
         centers = (torch.rand(300, 2, generator=gen)[cluster] * 1000
@@ -841,11 +840,11 @@ def test_cuda_paths_sanitizer(cuda, gen, variant, N):
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("case", ["uniform", "chain", "dense"])
+@pytest.mark.parametrize("case", ["uniform", "chain", "dense", "one spot"])
 def test_cuda_grid_rounds_sanitizer(cuda, gen, case):
-    """The grid path above 4096 boxes: rounds on the whole GPU, then the one-block rounds and
-    the in-order pass (a chain of boxes, each waiting on the one before) and the pred slots
-    overflowing (dense: every box within the radius of hundreds)."""
+    """The grid path above 4096 boxes: its rounds (uniform), the in-order finish (a chain of
+    boxes, each waiting on the one before), crowded buckets (dense: every box within the radius
+    of hundreds; one spot: every box in one bucket)."""
     N = 4500
     c, s, g = detections(N, gen, n_groups=2, grid=4)
     radius = 0.6
@@ -855,6 +854,8 @@ def test_cuda_grid_rounds_sanitizer(cuda, gen, case):
         s, g = torch.linspace(1.0, 0.0, N), None
     elif case == "dense":
         c = c / 20.0
+    elif case == "one spot":
+        c = torch.full((N, 3), 5.0)
     want = cpu_variant(c, s, radius, g)
     got = variant_op(*to(cuda, c, s)[:2], radius, None if g is None else g.cuda(), 0)
     for a, b in zip(got, want):
@@ -1088,17 +1089,3 @@ def test_cuda_hard_layouts_million(cuda, gen):
         got = variant_op(*to(cuda, c, s)[:2], radius, None if g is None else g.cuda(), 0)
         for a, b, part in zip(got, want, ("keep_mask", "keep_idx", "num_kept")):
             assert_equal(a, b, what=f"{part}, {name}")
-
-
-@pytest.mark.sanitizer
-@pytest.mark.parametrize("case", ["uniform", "one spot", "line visited along it"])
-def test_cuda_grid_decide_sanitizer(cuda, gen, case):
-    """The grid path's rounds (uniform), a pile in one bucket (one spot) and the in-order finish
-    (a chain of boxes, each waiting on the one before) under compute-sanitizer."""
-    for name, c, s, radius, g in layout_cases(gen, 4500):
-        if name != case:
-            continue
-        want = cpu_variant(c, s, radius, g)
-        got = variant_op(*to(cuda, c, s)[:2], radius, None, PATH["grid"])
-        for a, b in zip(got, want):
-            assert_equal(a, b, what=case)
