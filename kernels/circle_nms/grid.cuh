@@ -79,6 +79,7 @@ constexpr int kGridWindow = 8;             // boxes of a bucket put forward (pul
 constexpr int kGridMaxRounds = 64;         // rounds at most before the finish
 constexpr uint32_t kGridMinProgress = 64;  // a round deciding fewer boxes ends the rounds
 constexpr int kGridFinishRows = 64;        // undecided boxes the finish resolves at once
+constexpr int kGridFinishScan = 8;         // positions a thread of the finish reads a step
 constexpr double kGridAxisCells = 1073741824.0;  // 2**30: cell coordinates per axis at most
 constexpr uint8_t kUndecided = 0, kKept = 1, kRemoved = 2;  // box states
 
@@ -274,7 +275,7 @@ __host__ __device__ inline int32_t grid_lower_bound(const int32_t* spos, int32_t
 struct GridFinishShared {
     int32_t pos[kGridFinishRows];    // the window: undecided positions, ascending
     uint64_t word[kGridFinishRows];  // bit j of word[i]: window box j is a pred of box i
-    uint8_t flag[kGridThreads];      // undecided flags of a chunk of positions
+    uint8_t flag[kGridThreads];      // undecided bits of a chunk, kGridFinishScan per thread
     int n;                           // boxes in the window
     int64_t from;                    // the next position to look at
     uint64_t kept;                   // kept boxes of the window
@@ -291,25 +292,33 @@ __host__ __device__ void grid_finish(const GridView<T>& v, const GridCells& c, G
     if (tid == 0) sh.from = 0;
     x_.sync();
     for (;;) {
-        // the window: the next undecided positions, by chunks of nthreads positions
+        // the window: the next undecided positions, by chunks of kGridFinishScan positions per
+        // thread (a bit each), so that long decided stretches pass quickly
         if (tid == 0) sh.n = 0;
         x_.sync();
         while (sh.n < kGridFinishRows && sh.from < v.N) {
-            const int64_t base = sh.from, p = base + tid;
-            const bool u = p < v.N && v.state[p] == kUndecided;
-            if (tid < kGridThreads) sh.flag[tid] = (uint8_t)u;
-            const bool any = x_.sync_or(u);  // barrier: flags written, sh.from read
+            const int64_t base = sh.from, p0 = base + (int64_t)tid * kGridFinishScan;
+            uint32_t bits = 0;
+            for (int i = 0; i < kGridFinishScan; ++i)
+                bits |= (uint32_t)(p0 + i < v.N && v.state[p0 + i] == kUndecided) << i;
+            if (tid < kGridThreads) sh.flag[tid] = (uint8_t)bits;
+            const bool any = x_.sync_or(bits != 0);  // barrier: flags written, sh.from read
             if (tid == 0) {
-                int64_t next = base + nthreads;
-                for (int i = 0; any && i < nthreads && base + i < v.N; ++i) {
-                    if (!sh.flag[i]) continue;
-                    sh.pos[sh.n++] = (int32_t)(base + i);
-                    if (sh.n == kGridFinishRows) {
-                        next = base + i + 1;
-                        break;
+                int64_t next = base + (int64_t)nthreads * kGridFinishScan;
+                for (int t = 0; any && t < nthreads && next > base; ++t) {
+                    for (uint32_t m = sh.flag[t]; m; m &= m - 1) {
+                        int i = 0;
+                        while (!((m >> i) & 1)) ++i;
+                        const int64_t p = base + (int64_t)t * kGridFinishScan + i;
+                        sh.pos[sh.n++] = (int32_t)p;
+                        if (sh.n == kGridFinishRows) {
+                            next = base;  // ends both loops; set below
+                            sh.from = p + 1;
+                            break;
+                        }
                     }
                 }
-                sh.from = next;
+                if (next > base) sh.from = next;
             }
             x_.sync();
         }
