@@ -234,9 +234,10 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  * visiting order is computed inside (kernels/circle_nms.h has its key). keep_mask or keep_idx
  * may be NULL (not written); every element of the outputs given is written.
  *
- * CPU: one thread; a stable radix sort of the score keys, then the boxes sorted by group and
- * along x or y, so that a kept box tests only the boxes of its group within the radius along
- * that axis; O(N + K * band), at worst O(K * N), for K kept boxes; workspace O(N).
+ * CPU: one thread; a stable radix sort of the score keys, then the boxes sorted by group and y
+ * and cut into rows less than a radius tall, each row sorted by x, so that a kept box tests
+ * only its band of x in its row and the two next to it: O(N) sorts, a few binary searches and
+ * about a dozen distance tests per box whatever the layout; workspace O(N).
  * CUDA: see pcops_circle_nms_cuda_path below; no host synchronisation (*num_kept is
  * written on the device, once: by the grid and block paths before keep_mask / keep_idx, by the
  * flow path as soon as every block has counted its kept boxes, so a host polling it in mapped
@@ -473,9 +474,12 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
 /* Circle NMS on CUDA through `path` (pcops_circle_nms_path; kernels/circle_nms/plan.cuh):
  *   AUTO (0): what pcops_circle_nms_cuda does: FLOW up to 4096 boxes (on sm_80 / sm_90), GRID
  *     above;
- *   GRID: any N <= PCOPS_CIRCLE_NMS_CUDA_MAX; two cub radix sorts (score, then cell of a grid
- *     at least the radius wide), each box's earlier neighbours from its 3x3 cells, then the
- *     greedy by rounds over 64-box row blocks; a workspace of O(N) bytes;
+ *   GRID: any N <= PCOPS_CIRCLE_NMS_CUDA_MAX; two cub radix sorts (score, then bucket of a
+ *     hashed grid of cells a radius wide), then rounds in which a few boxes of each cell are
+ *     kept when no earlier neighbour is undecided and the boxes kept remove their later
+ *     neighbours, an in-order finish for what the rounds leave (boxes on a line visited along it:
+ *     64 boxes a step); about the work of uniform boxes whatever the layout, a workspace of
+ *     about 120 bytes per box;
  *   BLOCK: N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX; one thread block, one launch, no workspace:
  *     the score sort in registers, a grid by counting sort, the greedy by one warp per 64-box
  *     row block over lists of each block's earlier neighbours (a scan of the kept boxes'
