@@ -69,7 +69,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Te
     if (status != PCOPS_SUCCESS && forced != nullptr)
         forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
     check_status(kOp, status);
-    return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
+    return {to_dist_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_cpu_auto(const at::Tensor& query, const at::Tensor& ref,
@@ -107,7 +107,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::T
                                        workspace_ptr(workspace), c.dist2.data_ptr(),
                                        c.idx.data_ptr<int64_t>(),
                                        at::cuda::getCurrentCUDAStream()));
-    return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
+    return {to_dist_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_cuda_auto(const at::Tensor& query, const at::Tensor& ref,
