@@ -77,6 +77,7 @@ def one(args):
     import torch
 
     import bench  # the peer benchmark's rows and inputs
+    from ab_torch import time_calls  # this script's folder, the same timing as the torch A/B
 
     import pcops
     assert os.path.dirname(pcops.__file__).startswith(os.path.abspath(args.one)), pcops.__file__
@@ -92,17 +93,7 @@ def one(args):
         torch.cuda.synchronize()
         est = (time.perf_counter() - t0) / 3
         reps = args.reps if est < 0.02 else max(5, min(args.reps, int(1.0 / est)))
-        ms = []
-        for _ in range(reps):
-            flush.zero_()
-            torch.cuda.synchronize()
-            a = torch.cuda.Event(enable_timing=True)
-            b = torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ms.append(a.elapsed_time(b))
+        ms = time_calls(fn, reps, flush)
         print(f"RESULT {rid} {statistics.median(ms):.5f}", flush=True)
 
 

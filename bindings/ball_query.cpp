@@ -86,7 +86,7 @@ std::tuple<Tensor, Tensor> ball_query_cpu_auto(const Tensor& query, const Tensor
 // slots (idx -1, dist2 0: PyTorch3D's layout) and writes the others' squared distances with the
 // searches' arithmetic. dist2 in the dtype of query.
 Tensor dist2_in_query_dtype(const Tensor& dist2, const Tensor& query) {
-    return to_dtype(kOpDist2, "nsample", dist2, dtype_of(query));
+    return to_dist_dtype(kOpDist2, "nsample", dist2, dtype_of(query));
 }
 
 std::tuple<Tensor, Tensor> ball_query_dist2_cpu(const Tensor& query, const Tensor& ref,

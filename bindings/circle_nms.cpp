@@ -158,7 +158,7 @@ void launch_cuda(const char* op, const NmsInputs& c, int64_t path, void* workspa
 }
 
 // Workspaces up to this size share the output's allocation (the dataflow path's: 4.4 bytes a
-// box, 18 KB at 4096); larger ones (the grid path's, 250 bytes a box) get their own, so that
+// box, 18 KB at 4096); larger ones (the grid path's, about 120 bytes a box) get their own, so
 // the output does not hold them.
 constexpr size_t kSharedWorkspaceMax = 64 * 1024;
 

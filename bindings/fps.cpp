@@ -15,7 +15,7 @@ constexpr const char* kOp = "furthest_point_sample";
 // The coverage curve in the dtype of xyz (computed in float32 for half types): no dispatch when
 // it already is.
 Tensor dist2_in_input_dtype(const Tensor& dist2, const Tensor& xyz) {
-    return to_dtype(kOp, "npoint", dist2, dtype_of(xyz));
+    return to_dist_dtype(kOp, "npoint", dist2, dtype_of(xyz));
 }
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.

@@ -65,7 +65,7 @@ std::tuple<Tensor, Tensor> knn_cpu(const Tensor& query, const Tensor& ref, int64
     if (status != PCOPS_SUCCESS && forced != nullptr)
         forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
     check_status(kOp, status);
-    return {to_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
+    return {to_dist_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
 }
 
 std::tuple<Tensor, Tensor> knn_cpu_auto(const Tensor& query, const Tensor& ref, int64_t k,
@@ -100,7 +100,7 @@ std::tuple<Tensor, Tensor> knn_cuda(const Tensor& query, const Tensor& ref, int6
                                        workspace_ptr(workspace), c.dist2.data_ptr(),
                                        data<int64_t>(c.idx),
                                        current_stream(query)));
-    return {to_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
+    return {to_dist_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
 }
 
 std::tuple<Tensor, Tensor> knn_cuda_auto(const Tensor& query, const Tensor& ref, int64_t k,

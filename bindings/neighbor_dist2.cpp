@@ -31,7 +31,7 @@ Dist2Call prepare(const Tensor& query, const Tensor& ref, const Tensor& idx) {
 }
 
 Tensor finish(const Dist2Call& c, const Tensor& query) {
-    return to_dtype(kOp, "idx", c.out, dtype_of(query));
+    return to_dist_dtype(kOp, "idx", c.out, dtype_of(query));
 }
 
 Tensor neighbor_dist2_cpu(const Tensor& query, const Tensor& ref, const Tensor& idx) {

@@ -40,7 +40,7 @@ ThreeNnCall prepare(const Tensor& unknown, const Tensor& known) {
 
 std::tuple<Tensor, Tensor> finish(const ThreeNnCall& c, const Tensor& unknown) {
     if (dtype_of(c.dist) == dtype_of(unknown)) return {c.dist, c.idx};
-    return {to_dtype(kOp, "unknown", c.dist, dtype_of(unknown)), c.idx};
+    return {to_dist_dtype(kOp, "unknown", c.dist, dtype_of(unknown)), c.idx};
 }
 
 std::tuple<Tensor, Tensor> three_nn_pointnet2_cpu(const Tensor& unknown,

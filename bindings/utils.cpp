@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -463,6 +464,34 @@ Tensor to_compute_dtype(const char* op, const char* name, const Tensor& t) {
 Tensor to_dtype(const char* op, const char* name, const Tensor& t, ScalarType type) {
     if (dtype_of(t) == type) return t;
     return copy_as(op, name, t, type, false);
+}
+
+// aten::<name> through the dispatcher with `args`; returns the first result.
+static Tensor call_aten(const char* name, const char* overload, std::vector<StableIValue> args) {
+    STABLE_TORCH_ERROR_CODE_CHECK(
+        torch_call_dispatcher(name, overload, args.data(), TORCH_ABI_VERSION));
+    return torch::stable::detail::to<Tensor>(args[0]);
+}
+
+Tensor to_dist_dtype(const char* op, const char* name, const Tensor& t, ScalarType type) {
+    if (type == ScalarType::Half || type == ScalarType::BFloat16) {
+        // the largest finite float16 (65504) and bfloat16 (0x7f7f: 3.3895313892515355e38),
+        // both exact in float32; t is float32 here (half types compute in float32)
+        const double top = type == ScalarType::Half ? 65504.0 : 3.3895313892515355e38;
+        const double inf = std::numeric_limits<double>::infinity();
+        if (t.is_cpu()) {
+            float* p = data<float>(t);
+            for (int64_t i = 0, n = t.numel(); i < n; ++i)
+                if (p[i] > top && p[i] < inf) p[i] = (float)top;
+        } else {
+            using torch::stable::detail::from;
+            const Tensor above = call_aten("aten::gt", "Scalar", {from(t), from(top)});
+            const Tensor finite = call_aten("aten::lt", "Scalar", {from(t), from(inf)});
+            const Tensor mask = call_aten("aten::logical_and", "", {from(above), from(finite)});
+            call_aten("aten::masked_fill_", "Scalar", {from(t), from(mask), from(top)});
+        }
+    }
+    return to_dtype(op, name, t, type);
 }
 
 pcops_dtype to_pcops_dtype(ScalarType type) {

@@ -221,6 +221,13 @@ Tensor to_dtype(const char* op, const char* name, const Tensor& t, ScalarType ty
 
 pcops_dtype to_pcops_dtype(ScalarType type);
 
+// A distance result `t` (float32 or float64, >= 0) in dtype `type`, as to_dtype, keeping the
+// saturation rule of kernels/geometry.h: +inf means an empty slot, so a finite distance too
+// large for a float16 / bfloat16 output becomes that type's largest finite value instead of
+// rounding to +inf (+inf and NaN stay). `t` is the op's own contiguous buffer and may be changed
+// in place.
+Tensor to_dist_dtype(const char* op, const char* name, const Tensor& t, ScalarType type);
+
 // The data of an optional int64 tensor (lengths, start, groups), or NULL for the C API.
 inline const int64_t* ptr_or_null(const std::optional<Tensor>& t) {
     return t ? data<const int64_t>(*t) : nullptr;

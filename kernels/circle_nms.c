@@ -8,27 +8,39 @@
  * score, NaN first, ties to the lower index), the same order as the CUDA kernels'.
  *
  * The greedy loop -- visit the boxes in `order`; a box not yet removed is kept and removes every
- * box of its group whose squared xy distance to it is < radius2 -- with a sweep-line filter, so
- * that a kept box tests its neighbourhood instead of all N boxes:
- *   1. the boxes are sorted by group, then along the axis (x or y) over which the centres
- *      spread more, with a stable LSD radix sort on the bits of the coordinate;
- *   2. for a kept box at u0 on that axis, every box it can remove lies in the interval of its
- *      group's run where fl(fl(u - u0)**2) < r2: the full test adds fl(dv*dv) >= 0 to that
- *      term, and rounding is monotone, so fl(du*du + dv*dv) < r2 implies fl(du*du) < r2; and
- *      fl(u - u0)**2 only grows as u moves away from u0, so the set is an interval around the
- *      box. A galloping search out from the box finds it; a vectorised loop applies the exact
- *      test to it.
+ * box of its group whose squared xy distance to it is < radius2 -- over rows, so that a kept box
+ * tests a window of about 2 x 3 radii around it, whatever the layout:
+ *   1. "band": for numbers u, u0 on one axis, fl(fl(u - u0)**2) < r2. A box within the radius
+ *      of (x0, y0) is in the band of x0 in x and of y0 in y: the distance adds fl(dy*dy) >= 0 to
+ *      fl(dx*dx) (and the other way round), rounding is monotone, so fl(dx*dx + dy*dy) < r2
+ *      implies fl(dx*dx) < r2. fl(u - u0)**2 only grows as u moves away from u0, so on a sorted
+ *      axis a band is an interval;
+ *   2. rows: the boxes sorted by group, then by y (stable LSD radix sorts on the bits of the
+ *      coordinate), are cut into rows: a row starts at a box of another group or at the first
+ *      box whose y is not in the band of the y of the row's first box. Then no box of row k is
+ *      within the radius of a box of row k + 2 or later: for y1 in row k and y2 in row k + 2,
+ *      y2 - y1 > y(start of k + 2) - y(start of k + 1) (the first is < the start of k + 1, or it
+ *      would be out of the band of k as that start is), so by monotone rounding y2 is not in
+ *      the band of y1. Rows hold any number of boxes, and a line of boxes along any direction
+ *      cuts into rows as well as a plane does;
+ *   3. each row, a run of the (group, y) order, sorted by x in place (insertion sort when short,
+ *      a radix sort otherwise: cache-local, no scatter over the whole array);
+ *   4. a kept box tests the band of its x in its own row and in the rows before and after it
+ *      (same group; each skipped when its nearest y is out of the band), found by galloping
+ *      out from the box (its row) or from a binary search (the others); a vectorised loop
+ *      applies the exact test to the window.
  * Removing boxes already visited is harmless (their fate is decided), so the loop needs no
- * check of visiting order. Cost O(N) for the sorts plus the kept boxes' intervals, at worst
- * (all boxes in one narrow strip) O(K * N), vectorised. One thread: the work per kept box is
- * far too small to share, and barriers cost more than it on a loaded machine.
+ * check of visiting order. Cost: O(N) for the sorts and the rows, a search per row and kept
+ * box, and the kept boxes' windows: a window is at most 2 x ~3 radii, and the kept boxes of a
+ * group are more than a radius apart, so a box lies in the windows of a bounded number of
+ * them (kept boxes in a 2 x 4 radii rectangle around it: at most about 20); boxes in one spot cost one window (the first box removes the rest). One
+ * thread: the work per kept box is far too small to share.
  *
  * Boxes with a non-finite x or y are within the radius of nothing (their distances are inf or
- * NaN), so they are left out of the sort: they are kept when visited and remove nothing.
+ * NaN), so they are left out of the rows: they are kept when visited and remove nothing.
  *
- * Distances: pcops_dist2_xy (geometry.h) of (u[j], v[j]) and (u0, v0), in T, compared
- * d < (T)radius2. IEEE addition commutes, so with u = y this is bitwise the dx*dx + dy*dy of
- * circle_nms.cu, and CPU and CUDA keep exactly the same boxes.
+ * Distances: pcops_dist2_xy (geometry.h) of (x[j], y[j]) and (x0, y0), in T, compared
+ * d < (T)radius2, as circle_nms.cu computes them, so CPU and CUDA keep exactly the same boxes.
  */
 #include <math.h>
 #include <string.h>
@@ -66,6 +78,31 @@ static void nms_radix_sort(uint64_t* key, int64_t* pos, uint64_t* tmp_key, int64
     *pos_out = pos;
 }
 
+/* Sorts the indices first, first + 1, ..., first + n - 1 by key[0, n) ascending (key is permuted
+ * along); returns the sorted indices (in pos or tmp_pos, n entries each; tmp_key is scratch):
+ * insertion sort for short runs, the radix sort above for longer ones. */
+static const int64_t* nms_sort_run(uint64_t* key, int64_t* pos, uint64_t* tmp_key,
+                                   int64_t* tmp_pos, int64_t n, int bytes, int64_t first) {
+    for (int64_t j = 0; j < n; ++j) pos[j] = first + j;
+    if (n > 48) {
+        int64_t* out = pos;
+        nms_radix_sort(key, pos, tmp_key, tmp_pos, n, bytes, &out);
+        return out;
+    }
+    for (int64_t j = 1; j < n; ++j) {
+        const uint64_t k = key[j];
+        const int64_t p = pos[j];
+        int64_t h = j;
+        for (; h > 0 && key[h - 1] > k; --h) {
+            key[h] = key[h - 1];
+            pos[h] = pos[h - 1];
+        }
+        key[h] = k;
+        pos[h] = p;
+    }
+    return pos;
+}
+
 /* Unsigned keys that order like the values: finite floats (negatives reversed below the
  * positives; -0.0 just below +0.0) and int64 groups. */
 static uint64_t nms_key_f32(float v) {
@@ -80,17 +117,27 @@ static uint64_t nms_key_f64(double v) {
 }
 static uint64_t nms_key_group(int64_t g) { return (uint64_t)g ^ 0x8000000000000000ull; }
 
-/* The workspace, as both dtypes use it. */
+/* The workspace, as both dtypes use it (M <= N boxes in rows, R <= M rows). */
 typedef struct NmsCpuWorkspace {
-    void* us;          /* [N] T: the sort axis coordinate, in sorted order */
-    void* vs;          /* [N] T: the other coordinate, in sorted order */
-    int64_t* gs;       /* [N] groups in sorted order */
-    int64_t* rank;     /* [N] position of the visiting order -> index in sorted order, or -1 */
+    void* xs;          /* [N] T: x of the boxes in rows, each row sorted by x (first: x of
+                        * the m-th box that can meet another, in visiting order) */
+    void* ys;          /* [N] T: their y */
+    void* tx;          /* [N] T: x of the boxes in (group, y) order */
+    void* ty;          /* [N] T: their y */
+    int64_t* mpos;     /* [N] the visiting position of the m-th box in visiting order */
+    void* row_ylo;     /* [N] T: the smallest y of row r (the y of its first box) */
+    void* row_yhi;     /* [N] T: the largest */
+    int64_t* row_start; /* [N + 1] the boxes of row r: [row_start[r], row_start[r + 1]) */
+    int64_t* row_g;    /* [N] the group of row r */
+    int64_t* yrow;     /* [N] the row of the i-th box in (group, y) order, the same as the
+                        * row of the box at index i in rows */
+    int64_t* ypos;     /* [N] the visiting position of the i-th box in (group, y) order */
+    int64_t* rank;     /* [N] position of the visiting order -> index in rows, or -1 */
     uint64_t* key;     /* [N] sort keys, and scratch of the same size */
     uint64_t* tmp_key; /* [N] */
-    int64_t* pos;      /* [N] visiting positions being sorted, and scratch */
+    int64_t* pos;      /* [N] positions being sorted, and scratch */
     int64_t* tmp_pos;  /* [N] */
-    uint8_t* removed;  /* [N] in sorted order */
+    uint8_t* removed;  /* [N] by index in rows */
     int64_t* order;    /* [N] the visiting order (box indices) */
     size_t bytes;
 } NmsCpuWorkspace;
@@ -99,9 +146,17 @@ typedef struct NmsCpuWorkspace {
 static NmsCpuWorkspace nms_carve(void* base, size_t elem, int64_t N) {
     pcops_carver c = pcops_carver_init(base);
     NmsCpuWorkspace w;
-    w.us = pcops_carve(&c, N, elem);
-    w.vs = pcops_carve(&c, N, elem);
-    w.gs = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.xs = pcops_carve(&c, N, elem);
+    w.ys = pcops_carve(&c, N, elem);
+    w.tx = pcops_carve(&c, N, elem);
+    w.ty = pcops_carve(&c, N, elem);
+    w.mpos = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.row_ylo = pcops_carve(&c, N, elem);
+    w.row_yhi = pcops_carve(&c, N, elem);
+    w.row_start = (int64_t*)pcops_carve(&c, N + 1, sizeof(int64_t));
+    w.row_g = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.yrow = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
+    w.ypos = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
     w.rank = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
     w.key = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
     w.tmp_key = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));

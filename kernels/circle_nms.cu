@@ -13,7 +13,7 @@
  *
  * One header per path under circle_nms/, each reading top to bottom (what it does, when it
  * wins, invariants, kernels, launcher):
- *   circle_nms/grid.cuh    GRID: a spatial grid in the workspace, rounds (any N);
+ *   circle_nms/grid.cuh    GRID: a hashed grid of cells a radius wide, rounds (any N);
  *   circle_nms/block.cuh   BLOCK: one thread block, shared memory only (N <= 4096);
  *   circle_nms/flow.cuh    FLOW: one cooperative launch, a block per 32 boxes (N <= 4096);
  *   circle_nms/common.cuh  what they share (keys, rounds, the grid over the bounding box);

@@ -97,7 +97,9 @@ const pcops_path_info* pcops_path_table(const char* op, int* count);
  * L = min(max(lengths[b], 0), N) (N when lengths is NULL); sample j is the point with the
  * largest temp, ties to the lower index. dist2[b,j] is that largest temp when sample j was
  * chosen (0 for sample 0): the coverage radius curve. Slots j >= min(npoint, L) get idx -1
- * and dist2 0. dtype: FLOAT32 or FLOAT64.
+ * and dist2 0. dtype: FLOAT32 or FLOAT64. Squared distances that overflow between finite
+ * points saturate at FLT_MAX / DBL_MAX (geometry.h), so temps and dist2 of a cloud of finite
+ * points are finite from sample 1 on; a point with a non-finite coordinate keeps temp +inf.
  * ---------------------------------------------------------------------------------------- */
 
 /* The FPS paths: kernels/fps_paths.h (the table), kernels/README.md (what each does and when
@@ -126,8 +128,10 @@ pcops_status pcops_fps_cpu_path(pcops_dtype dtype, const void* xyz, const int64_
  *
  * For each valid query (m < query_lengths[b]) the K nearest valid refs (n < ref_lengths[b]),
  * sorted by (dist2, idx) ascending. Slots past the number of valid refs, and every slot of an
- * invalid query, hold idx -1 and dist2 +inf. A ref whose squared distance is not below +inf
- * (overflow to inf, or NaN from non-finite coordinates) is never a neighbour. Ties go to the
+ * invalid query, hold idx -1 and dist2 +inf. Two points with finite coordinates have a
+ * finite squared distance: an overflow saturates at FLT_MAX / DBL_MAX (geometry.h), so such
+ * refs are neighbours, tied at the maximum in index order. A ref with a non-finite coordinate
+ * (squared distance +inf or NaN) is never a neighbour. Ties go to the
  * lower index: the result is exactly the K smallest keys (dist2, idx), so the CPU and CUDA
  * return the same indices. dtype: FLOAT32 or FLOAT64. No cap on K.
  * ---------------------------------------------------------------------------------------- */
@@ -158,8 +162,10 @@ pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void
  *   query[B,M,3], ref[B,N,3], lengths? -> idx[B,M,S] (int64), count[B,M] (int64)
  *
  * The first S valid refs in index order with squared distance < radius2 (compared in dtype:
- * (T)radius2). Empty slots repeat the first neighbour found; a query with no neighbour (or an
- * invalid query) gets -1 everywhere and count 0. count is the number found, capped at S.
+ * (T)radius2; an overflow between finite points saturates at FLT_MAX / DBL_MAX, geometry.h,
+ * so it is inside only when (T)radius2 itself is +inf; a non-finite ref never is). Empty
+ * slots repeat the first neighbour found; a query with no neighbour (or an invalid query) gets
+ * -1 everywhere and count 0. count is the number found, capped at S.
  * dtype: FLOAT32 or FLOAT64.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const void* ref,
@@ -228,9 +234,10 @@ pcops_status pcops_group_backward_cpu(pcops_dtype dtype, const void* grad_out,
  * visiting order is computed inside (kernels/circle_nms.h has its key). keep_mask or keep_idx
  * may be NULL (not written); every element of the outputs given is written.
  *
- * CPU: one thread; a stable radix sort of the score keys, then the boxes sorted by group and
- * along x or y, so that a kept box tests only the boxes of its group within the radius along
- * that axis; O(N + K * band), at worst O(K * N), for K kept boxes; workspace O(N).
+ * CPU: one thread; a stable radix sort of the score keys, then the boxes sorted by group and y
+ * and cut into rows less than a radius tall, each row sorted by x, so that a kept box tests
+ * only its band of x in its row and the two next to it: O(N) sorts, a few binary searches and
+ * about a dozen distance tests per box whatever the layout; workspace O(N).
  * CUDA: see pcops_circle_nms_cuda_path below; no host synchronisation (*num_kept is
  * written on the device, once: by the grid and block paths before keep_mask / keep_idx, by the
  * flow path as soon as every block has counted its kept boxes, so a host polling it in mapped
@@ -271,8 +278,9 @@ pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, cons
  *   query[B,M,3], ref[B,N,3], idx[B,M,S] (int64 or int32: idx_dtype) -> dist2[B,M,S],
  *   dist2[b,m,s] = |query[b,m] - ref[b, idx[b,m,s]]|^2, 0 where idx lies outside [0, N)
  *
- * The distance of the searches (geometry.h's pcops_dist2), so a kNN's or ball query's
- * neighbours get their search distances bit for bit. dtype: FLOAT32 or FLOAT64 (query, ref
+ * The distance of the searches (geometry.h's pcops_dist2, with its overflow rule: an overflow
+ * between finite points is FLT_MAX / DBL_MAX), so a kNN's or ball query's neighbours get their
+ * search distances bit for bit. dtype: FLOAT32 or FLOAT64 (query, ref
  * and dist2 share it). The backward is composed by the caller from group / group_backward.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, const void* ref,
@@ -466,9 +474,12 @@ cudaError_t pcops_group_backward_cuda(pcops_dtype dtype, const void* grad_out,
 /* Circle NMS on CUDA through `path` (pcops_circle_nms_path; kernels/circle_nms/plan.cuh):
  *   AUTO (0): what pcops_circle_nms_cuda does: FLOW up to 4096 boxes (on sm_80 / sm_90), GRID
  *     above;
- *   GRID: any N <= PCOPS_CIRCLE_NMS_CUDA_MAX; two cub radix sorts (score, then cell of a grid
- *     at least the radius wide), each box's earlier neighbours from its 3x3 cells, then the
- *     greedy by rounds over 64-box row blocks; a workspace of O(N) bytes;
+ *   GRID: any N <= PCOPS_CIRCLE_NMS_CUDA_MAX; two cub radix sorts (score, then bucket of a
+ *     hashed grid of cells a radius wide), then rounds in which a few boxes of each cell are
+ *     kept when no earlier neighbour is undecided and the boxes kept remove their later
+ *     neighbours, an in-order finish for what the rounds leave (boxes on a line visited along it:
+ *     64 boxes a step); about the work of uniform boxes whatever the layout, a workspace of
+ *     about 120 bytes per box;
  *   BLOCK: N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX; one thread block, one launch, no workspace:
  *     the score sort in registers, a grid by counting sort, the greedy by one warp per 64-box
  *     row block over lists of each block's earlier neighbours (a scan of the kept boxes'

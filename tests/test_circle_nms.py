@@ -460,9 +460,8 @@ def test_cuda_small_sanitizer(cuda, gen, N):
 
 @pytest.mark.slow
 def test_cuda_rounds_state_in_global_memory(cuda, gen):
-    """Past 3072 row blocks (N > 196608) the grid path's rounds kernel keeps its state in the
-    workspace instead of shared memory. Boxes in 300 tight clusters keep the CPU comparison
-    quick."""
+    """The grid path at 262k and 1M boxes: the decisions on many blocks of a cooperative launch,
+    boxes crowded in few buckets. Boxes in 300 tight clusters keep the CPU comparison quick."""
     for N, variants in ((4097 * 64 + 3, (PATH["auto"], PATH["grid"])), (2**20 + 77, (PATH["auto"],))):
         cluster = torch.randint(0, 300, (N,), generator=gen)
         centers = (torch.rand(300, 2, generator=gen)[cluster] * 1000
@@ -841,11 +840,11 @@ def test_cuda_paths_sanitizer(cuda, gen, variant, N):
 
 
 @pytest.mark.sanitizer
-@pytest.mark.parametrize("case", ["uniform", "chain", "dense"])
+@pytest.mark.parametrize("case", ["uniform", "chain", "dense", "one spot"])
 def test_cuda_grid_rounds_sanitizer(cuda, gen, case):
-    """The grid path above 4096 boxes: rounds on the whole GPU, then the one-block rounds and
-    the in-order pass (a chain of boxes, each waiting on the one before) and the pred slots
-    overflowing (dense: every box within the radius of hundreds)."""
+    """The grid path above 4096 boxes: its rounds (uniform), the in-order finish (a chain of
+    boxes, each waiting on the one before), crowded buckets (dense: every box within the radius
+    of hundreds; one spot: every box in one bucket)."""
     N = 4500
     c, s, g = detections(N, gen, n_groups=2, grid=4)
     radius = 0.6
@@ -855,6 +854,8 @@ def test_cuda_grid_rounds_sanitizer(cuda, gen, case):
         s, g = torch.linspace(1.0, 0.0, N), None
     elif case == "dense":
         c = c / 20.0
+    elif case == "one spot":
+        c = torch.full((N, 3), 5.0)
     want = cpu_variant(c, s, radius, g)
     got = variant_op(*to(cuda, c, s)[:2], radius, None if g is None else g.cuda(), 0)
     for a, b in zip(got, want):
@@ -950,3 +951,141 @@ def test_variant_opcheck(device, gen):
         torch.library.opcheck(variant_op, (c, s, 0.5, g, PATH["flow"]))
     else:
         torch.library.opcheck(variant_op, (c, s, 0.5, g, PATH["sweep"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# hard layouts (issue 34): structures sized from the extent of the boxes, or sorted along one
+# axis, degrade on these (a line and a far box: one axis, or huge cells; one spot and dense
+# clusters: every pair of a cluster). Every layout keeps the greedy's boxes, on every path; their
+# times are in benchmarks/bench_nms_layouts.py.
+
+
+def layout_cases(gen, N):
+    """(name, centres [N, 2] float32, scores [N], radius, groups) of the hard layouts, drawn from
+    `gen`, with and without groups, ties and NaN scores."""
+    u = lambda *shape: torch.rand(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    side = math.sqrt(N)
+    cases = []
+
+    def add(name, xy, radius=1.0, scores=None, groups=None):
+        cases.append((name, xy.float(), u(N).float() if scores is None else scores, radius,
+                      groups))
+
+    add("uniform", u(N, 2) * side)
+    line = torch.zeros(N, 2, dtype=torch.float64)
+    line[:, 0] = u(N) * N
+    add("line", line)
+    far = line.clone()
+    far[0, 1] = 10.0 * N
+    add("line and a far box", far)
+    t = u(N) * N
+    add("diagonal line and a far box", torch.stack([t, 0.7 * t + 3.0], 1).index_put_(
+        (torch.tensor([0]),), torch.tensor([[-1e6, 1e6]], dtype=torch.float64)))
+    two = u(N, 2) * math.sqrt(N / 2)
+    two[N // 2:] += 1e5
+    add("two far clusters", two)
+    add("one spot", torch.full((N, 2), 5.0, dtype=torch.float64))
+    sign = torch.where(u(N, 2) < 0.5, -1.0, 1.0)
+    add("exponentially spread", sign * torch.exp(u(N, 2) * 40.0 - 20.0))
+    k = max(N // 100, 1)
+    centres = u(k, 2) * 3.0 * math.sqrt(k)
+    dense = centres[torch.arange(N) % k] + torch.randn(N, 2, generator=gen, dtype=torch.float64) * 0.2
+    add("dense clusters", dense)
+    chain = torch.zeros(N, 2, dtype=torch.float64)
+    chain[:, 0] = torch.arange(N, dtype=torch.float64) * 0.45
+    add("line visited along it", chain, 0.5, torch.linspace(1.0, 0.0, N))
+    # groups (a cluster of every group in the same spot), tied scores, NaN scores
+    g = torch.randint(0, 5, (N,), generator=gen)
+    add("one spot, 5 groups", torch.full((N, 2), 5.0, dtype=torch.float64), groups=g)
+    s = torch.round(u(N) * 8).float() / 8
+    s[::11] = float("nan")
+    add("line and a far box, 3 groups, ties, NaN", far, scores=s,
+        groups=torch.randint(0, 3, (N,), generator=gen))
+    add("dense clusters, 2 groups, ties", dense, scores=torch.round(u(N) * 4).float() / 4,
+        groups=torch.randint(0, 2, (N,), generator=gen))
+    return cases
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hard_layouts_match_reference(device, gen, dtype):
+    """Each hard layout against the reference, exactly, through the public ops (AUTO) and every
+    path of the device forced (N = 2500: the CUDA block and flow paths can take it too)."""
+    paths = ["sweep"] if device == "cpu" else ["grid", "block", "flow"]
+    for name, c, s, radius, g in layout_cases(gen, 2500):
+        c = c.to(dtype)
+        expected = reference_for(c, s, radius, g)
+        try:
+            check_result(c, s, radius, g, device, expected)
+        except AssertionError as e:
+            raise AssertionError(f"{name}, {dtype}: {e}") from None
+        cd, sd, gd = to(device, c, s, g)
+        for path in paths:
+            _, idx, n = variant_op(cd, sd, radius, gd, PATH[path])
+            assert idx[:int(n)].cpu().tolist() == expected, f"{name}, {dtype}, path {path}"
+            assert (idx[int(n):] == -1).all(), f"{name}, {dtype}, path {path}"
+
+
+def test_hard_layouts_greedy_properties(gen):
+    """The CPU at N = 6000 (many rows, long rows, a row per box) checked in float64 against the
+    greedy's definition: kept boxes apart, removed boxes covered."""
+    for name, c, s, radius, g in layout_cases(gen, 6000):
+        if name.startswith("exponentially"):
+            continue  # float32 rounding of coordinates up to 5e8 leaves rtol no margin
+        keep = nms_op(c, s, radius, -1, g)
+        problems = greedy_violations(c, s, radius, keep, g)
+        assert not problems, f"{name}: {problems[:5]}"
+
+
+def test_hard_layouts_cost_follows_n():
+    """Not a timing test: the layouts on which the earlier CPU sweep cost O(N**2) (a line and a
+    box off its axis: 333 s at 10**6 boxes, a line plus a far box on a diagonal likewise) at
+    10**6 boxes must finish in a child process within 120 s; they take about a second now (the
+    margin is two orders of magnitude either way)."""
+    code = """
+import math, torch, pcops
+n = 1_000_000
+g = torch.Generator().manual_seed(1)
+line = torch.zeros(n, 2, dtype=torch.float64)
+line[:, 0] = torch.rand(n, generator=g, dtype=torch.float64) * n
+line[0, 1] = 10.0 * n
+t = torch.rand(n, generator=g, dtype=torch.float64) * n
+diag = torch.stack([t, 0.7 * t + 3.0], 1)
+diag[0] = torch.tensor([-1e6, 1e6])
+for xy in (line, diag):
+    keep = pcops.circle_nms(xy.float(), torch.rand(n, generator=g), 1.0)
+    assert 0.3 * n < len(keep) < 0.7 * n, len(keep)
+print("ok")
+"""
+    import subprocess
+    import sys
+    root = __import__("os").path.dirname(__import__("os").path.dirname(pcops.__file__))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("N", [3000, 5000, 100_000, 300_000])
+def test_cuda_hard_layouts_match_cpu(cuda, gen, N):
+    """The CUDA paths on the hard layouts, bit for bit against the CPU: AUTO (the flow path up to
+    4096 boxes, the grid path above), the grid path forced, the block and flow paths forced
+    (N <= 4096); float32 and float64 centres."""
+    for name, c, s, radius, g in layout_cases(gen, N):
+        for dtype in (torch.float32, torch.float64):
+            cc = c.to(dtype)
+            want = cpu_variant(cc, s, radius, g)
+            paths = ["auto", "grid"] + (["block", "flow"] if N <= BLOCK_MAX else [])
+            for path in paths:
+                got = variant_op(*to(cuda, cc, s)[:2], radius, None if g is None else g.cuda(),
+                                 PATH[path])
+                for a, b, part in zip(got, want, ("keep_mask", "keep_idx", "num_kept")):
+                    assert_equal(a, b, what=f"{part}, {name}, N={N}, {dtype}, path {path}")
+
+
+@pytest.mark.slow
+def test_cuda_hard_layouts_million(cuda, gen):
+    """The grid path at 10**6 boxes on the hard layouts, against the CPU."""
+    for name, c, s, radius, g in layout_cases(gen, 1_000_000):
+        want = cpu_variant(c, s, radius, g)
+        got = variant_op(*to(cuda, c, s)[:2], radius, None if g is None else g.cuda(), 0)
+        for a, b, part in zip(got, want, ("keep_mask", "keep_idx", "num_kept")):
+            assert_equal(a, b, what=f"{part}, {name}")

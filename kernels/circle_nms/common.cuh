@@ -10,10 +10,9 @@
  *
  * What lives here, top to bottom:
  *   1. the distance and score key in both dtypes, a 64-lane ballot;
- *   2. the rule of the rounds on a row block's kept / removed words (the block path in list
- *      mode and the grid path decide with it);
- *   3. the grid over the bounding box of the finite centres (block and grid paths) and that
- *      bounding box;
+ *   2. the rule of the rounds on a row block's kept / removed words (the block path);
+ *   3. the grid over the bounding box of the finite centres (the block path) and that bounding
+ *      box (block and grid paths);
  *   4. sort items of the score order and interleaved centres (block and flow paths), the
  *      block-wide exclusive scan (block and grid paths);
  *   5. the shared-memory carver, and the host helpers that opt a kernel into its shared memory.
@@ -52,15 +51,12 @@ __device__ __forceinline__ uint64_t ballot64(bool a, bool b) {
 }
 
 // ------------------------------------------------------------------------------------------
-// 2. Rounds: the greedy decided in parallel (the grid path; the block path in list mode applies
-// the same rule as a dataflow without rounds: block_decide_dataflow).
+// 2. Rounds: the greedy decided in parallel (the block path in list mode applies the rule as a
+// dataflow: block_decide_dataflow; the grid path applies it per box: grid.cuh).
 //
 // Box p is kept iff none of its preds (earlier positions of its group within the radius) is
 // kept. That is a rule on facts: p is removed as soon as one pred is known kept, kept as soon
-// as every pred is known removed, and every decision so made is the greedy's. A round applies
-// the rule to every undecided box at once, reading the states of the round before (two
-// buffers, one barrier a round); random scenes need a handful of rounds (uniform 1000 to 65536
-// boxes: 3 to 10 rounds instead of N/64 sequential row-block steps).
+// as every pred is known removed, and every decision so made is the greedy's.
 //
 // State of a row block (64 positions): kept bits and removed bits (positions past N count as
 // removed); a position in neither is undecided. Inside a row block the preds are the in-block
@@ -69,16 +65,11 @@ __device__ __forceinline__ uint64_t ballot64(bool a, bool b) {
 // gathers the answers; the preds in earlier row blocks ("far") come in as two masks, far_hit
 // (rows with a kept far pred) and far_wait (rows with an undecided one).
 //
-// Rounds stop when few row blocks are left undecided or a round decides little (a long chain
-// of preds, e.g. boxes on a line visited along it, would need a round per box); a single warp
-// then resolves the undecided row blocks in order, each one when every earlier one is final:
-// the block path's in-order greedy. The answer is the same bits whichever way a box is
-// decided.
+// A row block whose rows no longer wait on a far pred is resolved in order (a long chain of
+// preds, e.g. boxes on a line visited along it, would otherwise need a step per box). The
+// answer is the same bits whichever way a box is decided.
 
-constexpr int kRoundSteps = 8;    // in-block rule applications per row block and round
-constexpr int kMaxRounds = 48;    // rounds at most (a cap: the in-order pass finishes anyway)
-constexpr int kRoundMinDecided = 64;  // a round deciding fewer rows ends the rounds
-constexpr int kRoundMinOpen = 2;      // so does having at most this many undecided row blocks
+constexpr int kRoundSteps = 8;  // in-block rule applications per row block and step
 
 // Applies the rule inside one row block up to `steps` times (until nothing changes), using
 // far_hit / far_wait for the far preds. Called by a whole warp with uniform kept / removed; lane
@@ -181,8 +172,8 @@ __device__ __forceinline__ bool finite_xy(T x, T y) {
     return isfinite(x) && isfinite(y);
 }
 
-// The bounding box of the finite centres: one per thread, then per warp (both grids, the
-// block path's and the grid path's, take their cells from it). lo > hi: no finite centre.
+// The bounding box of the finite centres: one per thread, then per warp (the block path's grid
+// spans it; the grid path's cells start at its low corner). lo > hi: no finite centre.
 struct Box2 {
     double lo_x, lo_y, hi_x, hi_y;
 
@@ -333,20 +324,21 @@ struct SmemCarver {
 };
 
 // Per device (ordinal < 64), measured once per kernel: the dynamic shared memory a block may opt
-// into (all the device allows, less the kernel's static shared memory) and how many blocks of
-// `threads` threads with that much fit on the device at once (0: the device has no cooperative
-// launch). The kernel is opted into that size when it is measured.
+// into (all the device allows, less the kernel's static shared memory; 0 unless all_shared) and
+// how many blocks of `threads` threads with that much fit on the device at once (0: the device
+// has no cooperative launch). With all_shared, the kernel is opted into that size when it is
+// measured.
 struct SmemOptIn {
-    std::atomic<int> bytes[64], blocks[64];  // zero until measured
+    std::atomic<int> bytes[64], blocks[64];  // bytes + 1 and blocks; zero until measured
 };
 
 template <typename Kernel>
 cudaError_t opt_into_shared(Kernel* kernel, int threads, SmemOptIn& cache, int* bytes,
-                            int* blocks) {
+                            int* blocks, bool all_shared = true) {
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
-    if (dev < 64 && (*bytes = cache.bytes[dev].load()) > 0) {
+    if (dev < 64 && (*bytes = cache.bytes[dev].load() - 1) >= 0) {
         *blocks = cache.blocks[dev].load();
         return cudaSuccess;
     }
@@ -359,8 +351,9 @@ cudaError_t opt_into_shared(Kernel* kernel, int threads, SmemOptIn& cache, int* 
     cudaFuncAttributes attr;
     if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, kernel);
     if (err != cudaSuccess) return err;
-    *bytes = optin - (int)attr.sharedSizeBytes;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, *bytes);
+    *bytes = all_shared ? optin - (int)attr.sharedSizeBytes : 0;
+    if (all_shared)
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, *bytes);
     if (err == cudaSuccess && cooperative)
         err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
                                                             (size_t)*bytes);
@@ -368,8 +361,20 @@ cudaError_t opt_into_shared(Kernel* kernel, int threads, SmemOptIn& cache, int* 
     *blocks = per_sm * sms;
     if (dev < 64) {
         cache.blocks[dev].store(*blocks);
-        cache.bytes[dev].store(*bytes);  // last: a nonzero size marks the entry complete
+        cache.bytes[dev].store(*bytes + 1);  // last: nonzero marks the entry complete
     }
+    return cudaSuccess;
+}
+
+// One cooperative launch (every block resident). *ran is false, and the error cleared, where
+// fewer blocks than measured are free now (other work holds SMs): the caller runs its fallback.
+inline cudaError_t launch_cooperative(const void* kernel, unsigned blocks, unsigned threads,
+                                      void** args, size_t smem, cudaStream_t stream, bool* ran) {
+    const cudaError_t err = cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(threads), args,
+                                                        smem, stream);
+    *ran = err != cudaErrorCooperativeLaunchTooLarge;
+    if (*ran) return err;
+    (void)cudaGetLastError();
     return cudaSuccess;
 }
 

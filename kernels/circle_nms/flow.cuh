@@ -373,14 +373,12 @@ cudaError_t launch_flow(const T* centers, int64_t D, const S* scores, const int6
     void* args[] = {(void*)&centers, (void*)&D,         (void*)&scores,   (void*)&groups,
                     (void*)&n,       (void*)&r2,        (void*)&ws,       (void*)&keep_mask,
                     (void*)&keep_idx, (void*)&num_kept};
-    err = cudaLaunchCooperativeKernel((const void*)nms_flow_kernel<T, S>, dim3((unsigned)RB),
-                                      dim3(kFlowThreads), args, need, stream);
-    if (err == cudaErrorCooperativeLaunchTooLarge) {  // fewer SMs free than measured
-        (void)cudaGetLastError();
-        return launch_block(centers, D, scores, groups, N, radius2, keep_mask, keep_idx,
-                            num_kept, stream);
-    }
-    return err;
+    bool ran = false;
+    err = launch_cooperative((const void*)nms_flow_kernel<T, S>, (unsigned)RB, kFlowThreads, args,
+                             need, stream, &ran);
+    if (err != cudaSuccess || ran) return err;
+    return launch_block(centers, D, scores, groups, N, radius2, keep_mask, keep_idx, num_kept,
+                        stream);
 }
 
 }  // namespace

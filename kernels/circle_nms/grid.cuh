@@ -1,64 +1,423 @@
 /*
  * circle_nms/grid.cuh -- the grid path (PCOPS_CIRCLE_NMS_GRID, any N up to
- * PCOPS_CIRCLE_NMS_CUDA_MAX): the boxes sorted into a spatial grid in the workspace by the
- * whole GPU, the greedy decided by rounds. Words (position, pred, row block, rounds):
- * common.cuh.
+ * PCOPS_CIRCLE_NMS_CUDA_MAX): the boxes in a hashed grid of cells a radius wide, the greedy
+ * decided in rounds in which a few boxes of every cell are put forward and the boxes kept
+ * remove their neighbours. Words (position, pred): common.cuh.
  *
  * When it wins: large N (AUTO takes it above the plan's flow_max_boxes, plan.cuh): its work is
- * O(N) sorts plus the pairs within each box's 3x3 cells, spread over the GPU, where the flow and
- * block paths test all N**2 / 2 pairs.
+ * O(N) sorts plus, per box, the few cells around it, where the flow and block paths test all
+ * N**2 / 2 pairs. Its cost follows N, not the layout: the cells are sized from the radius
+ * alone (not from the extent of the boxes) and hashed, so a line, a far-out box or clusters far
+ * apart leave every cell a radius wide; and a box is read by the few boxes of its cells put
+ * forward in a round and by few kept boxes, so a pile of boxes within one radius costs about
+ * what as many spread boxes cost.
  *
  * What it does (kernels in launch order):
  *   a. nms_score_keys_kernel + cub::DeviceRadixSort::SortPairs (stable: ties keep the lower
  *      index first) -> order (int32, position -> box);
  *   b. nms_grid_gather_kernel: centres (and groups) into visiting order; the bounding box of
- *      the finite centres by atomics;
- *   c. nms_grid_keys_kernel: the grid over that box (make_grid, common.cuh: cells at least the
- *      radius wide, at most grid_max_cells(N)), each position's cell key; a cub sort by cell
- *      (stable: positions ascending within a cell) -> spatial order;
- *   d. nms_grid_cells_kernel: cell_begin[] and the boxes in spatial order;
- *   e. nms_grid_neighbours_kernel, per position: the three runs of spatial indices covering its
- *      3x3 cells, inpred (its preds in its own row block, a bit each), its far preds in up to
- *      kGridPredSlots slots, and whether it has a pred at all;
- *   f. rounds: a few on the whole GPU (nms_grid_round_kernel, a warp per row block; above
- *      kGridGpuRoundsMinC row blocks), then nms_grid_rounds_kernel, one block: rounds until few
- *      row blocks are left undecided or a round decides little, those in order by one warp,
- *      then the outputs (num_kept first).
- * Invariants: cells are at least radius * (1 + 2**-10) wide, so a box and every box within its
- * radius lie in the same or adjacent cells; non-finite centres get the key past every cell.
- * Every decision of a round is the greedy's (the rule of the rounds), so the answer does not
- * depend on how many rounds run. Positions are int32 (N <= PCOPS_CIRCLE_NMS_CUDA_MAX).
- * Workspace O(N) (grid_layout), L2-resident at the sizes that matter.
+ *      the finite centres by atomics (its low corner is the origin of the cells);
+ *   c. nms_grid_keys_kernel: cells of width radius * (1 + 2**-10) on each axis (wider only
+ *      where an axis would need more than 2**30 of them: grid_cells_of), cell (cx, cy) of group
+ *      g in bucket hash(cx, cy, g) of B = 2**k >= 2N buckets; a cub sort by bucket (stable:
+ *      positions ascend within a bucket), non-finite centres after every bucket;
+ *   d. nms_grid_cells_kernel: the boxes in bucket order and bucket_begin[] (a binary search per
+ *      bucket);
+ *   e. nms_grid_init_kernel: every finite box undecided, every non-finite one kept (it is within
+ *      the radius of nothing); each bucket's cursor at its first box;
+ *   f. nms_grid_decide_kernel (grid_decide): rounds of three phases, a barrier after each (one
+ *      cooperative launch, grid-wide barriers; one block where that cannot run):
+ *        evaluate: each undecided box among the first kGridWindow of its bucket from the cursor
+ *          scans the boxes of its 9 neighbour buckets, from each cursor up to its own position:
+ *          the first undecided pred makes it wait, a kept pred removes it, and with neither it
+ *          is kept;
+ *        pull: every undecided box reads the first kGridWindow boxes of its 9 buckets from
+ *          their cursors (where this round's kept boxes are) and is removed by a kept pred;
+ *        advance: each bucket's cursor moves to its first undecided box; the undecided boxes
+ *          are counted;
+ *      until none is left, or after kGridMaxRounds rounds, or a round deciding fewer than
+ *      kGridMinProgress boxes; block 0 then finishes in visiting order (grid_finish): the next
+ *      64 undecided boxes, their preds among them, resolved in order, each kept one removing
+ *      its later neighbours;
+ *   g. nms_grid_count_kernel, nms_grid_scan_kernel, nms_grid_output_kernel: the kept boxes per
+ *      64 positions, their prefix (num_kept first), keep_mask and keep_idx.
+ * Invariants:
+ *   - two boxes within the radius lie in the same or adjacent cells (grid_cells_of: the width's
+ *     margin covers the rounding of the cell coordinates), so in each other's 9 buckets; a
+ *     bucket may hold other cells (hash collisions) and other groups, which the group and
+ *     distance tests skip;
+ *   - positions ascend within a bucket, so a scan stops at its own position, and the boxes of a
+ *     bucket before its cursor are all decided;
+ *   - every state is written once, and only as a fact of the greedy: kept when every pred is
+ *     removed (the scan reads each pred from the cursors on; the ones before are decided, and a
+ *     kept one would have removed the box in the pull of its round), removed when a pred is
+ *     kept. A state read while another thread writes it is undecided or final, and either is a
+ *     true fact (undecided only delays), so the answer does not depend on the timing;
+ *   - a box kept in a round is among the first kGridWindow boxes of its bucket from that
+ *     round's cursor, so the pull of the round finds it from every later neighbour;
+ *   - the earliest undecided box is first in its bucket and has no undecided pred, so every
+ *     round decides a box and the rounds end.
+ * Work: a round costs the put-forward boxes' scans (at most 9 buckets up to their position,
+ * most ending at the first undecided pred), 9 * kGridWindow reads per undecided box (pull) and
+ * one per box (cursors): O(N). Random scores take tens of rounds; a chain of preds along the
+ * visiting order (boxes on a line visited along it) decides a box or two a round, and the
+ * finish takes it 64 at a time. Workspace O(N) (grid_layout), L2-resident at the sizes that
+ * matter. The decisions (grid_decide, grid_finish) are __host__ __device__, so that
+ * lab/grid_nms_host.cu can run them on the CPU.
  */
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common.cuh"
 
 namespace {
 
-constexpr int kGridThreads = 256;     // preparation kernels
-constexpr int kGridScanThreads = 1024;
-constexpr int kGridPredSlots = 32;    // far preds stored per position (more: the runs again)
-constexpr int32_t kGridInPred = 1 << 30;       // npred flag: a pred in the own row block
-constexpr int32_t kGridPredCount = kGridInPred - 1;
-constexpr int kGridRoundThreads = 256;         // multi-block rounds: a warp per row block
-constexpr int64_t kGridRoundsSharedRbs = 3072;  // rounds state in shared memory up to this C
-constexpr int64_t kGridGpuRoundsMinC = 64;      // rounds on the whole GPU above this C
+constexpr int kGridThreads = 256;          // every kernel's block size
+constexpr int kGridWindow = 8;             // boxes of a bucket put forward (pulled from) a round
+constexpr int kGridMaxRounds = 64;         // rounds at most before the finish
+constexpr uint32_t kGridMinProgress = 64;  // a round deciding fewer boxes ends the rounds
+constexpr int kGridFinishRows = 64;        // undecided boxes the finish resolves at once
+constexpr int kGridFinishScan = 8;         // positions a thread of the finish reads a step
+constexpr double kGridAxisCells = 1073741824.0;  // 2**30: cell coordinates per axis at most
+constexpr uint8_t kUndecided = 0, kKept = 1, kRemoved = 2;  // box states
 
-int64_t grid_max_cells(int64_t N) { return N < 512 ? 1024 : 2 * N; }
+// ------------------------------------------------------------------------------------------
+// Cells and buckets
 
-// Rounds run on the whole GPU (nms_grid_round_kernel) before the one-block rounds kernel: three
-// whenever the grid path is taken by size (random scenes of 16384 to 65536 boxes leave a few
-// hundred rows undecided after them, which one block then finishes; dense scenes, where rows
-// have more preds than their slots, are decided there in parallel), none below (forced only).
-int64_t grid_gpu_rounds(int64_t C) { return C > kGridGpuRoundsMinC ? 3 : 0; }
+// The cells: the origin (the finite centres' minimum), 1 / the cell width on each axis, and
+// the bucket mask (B - 1).
+struct GridCells {
+    double x0, y0, inv_x, inv_y;
+    uint32_t mask;
+};
+
+// Cells of width sqrt(r2 + tiny) * (1 + 2**-10) on each axis (tiny: the least positive value of
+// the compute dtype), wider where an axis would need more than 2**30 of them. Two boxes within
+// the radius lie in the same or adjacent cells: fl(fl(dx)**2 + fl(dy)**2) < r2 implies
+// fl(fl(dx)**2) < r2 (rounding is monotone), so dx**2 < (r2 + tiny / 2) * (1 + 2**-22) (the
+// rounding of a square, relative, or absolute below the normal range), and |dx| is below the
+// width by more than 2**-11 of it; the coordinate (v - v0) * inv of grid_axis, below 2**30 + 1,
+// is off by less than 2**-21 in double, so coordinates less than a width apart have floors at
+// most 1 apart. r2 negative or NaN: nothing is within the radius, any cells do; inf: one cell
+// (inv 0). A pure function of its arguments.
+__host__ __device__ inline GridCells grid_cells_of(double lo_x, double lo_y, double hi_x,
+                                                   double hi_y, double r2, double tiny,
+                                                   uint32_t mask) {
+    GridCells c;
+    c.mask = mask;
+    c.x0 = lo_x <= hi_x ? lo_x : 0.0;  // lo > hi: nothing finite
+    c.y0 = lo_y <= hi_y ? lo_y : 0.0;
+    double w = sqrt(r2 + tiny) * (1.0 + 1.0 / 1024.0);
+    if (!(w > 0.0)) w = 1.0;
+    const double ex = lo_x <= hi_x ? hi_x - lo_x : 0.0, ey = lo_y <= hi_y ? hi_y - lo_y : 0.0;
+    const double wx = w > ex / kGridAxisCells ? w : ex / kGridAxisCells;
+    const double wy = w > ey / kGridAxisCells ? w : ey / kGridAxisCells;
+    c.inv_x = wx < INFINITY ? 1.0 / wx : 0.0;
+    c.inv_y = wy < INFINITY ? 1.0 / wy : 0.0;
+    return c;
+}
+
+// The cell coordinate of v on one axis: floor((v - v0) * inv), in [0, 2**30].
+__host__ __device__ inline int32_t grid_axis(double v, double v0, double inv) {
+    const double u = inv > 0.0 ? (v - v0) * inv : 0.0;
+    if (!(u > 0.0)) return 0;
+    return u < kGridAxisCells ? (int32_t)u : (int32_t)kGridAxisCells;
+}
+
+// The bucket of cell (cx, cy) of group g.
+__host__ __device__ inline uint32_t grid_bucket(int32_t cx, int32_t cy, int64_t g, uint32_t mask) {
+    uint64_t h = (uint64_t)(uint32_t)cx * 0x9E3779B97F4A7C15ull;
+    h ^= (uint64_t)(uint32_t)cy * 0xC2B2AE3D27D4EB4Full;
+    h ^= (uint64_t)g * 0x165667B19E3779F9ull;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    return (uint32_t)h & mask;
+}
+
+// The distinct buckets of the 3 x 3 cells around the cell of (x, y), group g; returns how many.
+__host__ __device__ inline int grid_stencil(const GridCells& c, double x, double y, int64_t g,
+                                            uint32_t* out) {
+    const int32_t cx = grid_axis(x, c.x0, c.inv_x), cy = grid_axis(y, c.y0, c.inv_y);
+    int n = 0;
+    for (int dy = -1; dy <= 1; ++dy)
+        for (int dx = -1; dx <= 1; ++dx) {
+            const uint32_t b = grid_bucket(cx + dx, cy + dy, g, c.mask);
+            bool seen = false;
+            for (int i = 0; i < n; ++i) seen = seen || out[i] == b;
+            if (!seen) out[n++] = b;
+        }
+    return n;
+}
+
+__host__ __device__ inline float grid_dist2(float ax, float ay, float bx, float by) {
+    return pcops_dist2_xy_f32(ax, ay, bx, by);
+}
+__host__ __device__ inline double grid_dist2(double ax, double ay, double bx, double by) {
+    return pcops_dist2_xy_f64(ax, ay, bx, by);
+}
+
+// ------------------------------------------------------------------------------------------
+// The decisions (host and device)
+
+// What the decisions read and write.
+template <typename T>
+struct GridView {
+    const int32_t* spos;          // [N] the position of the box at each bucket-order index
+    const uint32_t* skey;         // [N] its bucket (B for a non-finite centre, after all)
+    const T* sx;                  // [N] its centre
+    const T* sy;
+    const int64_t* sg;            // [N] its group (NULL: one group)
+    const int32_t* bucket_begin;  // [B + 1] the first bucket-order index of each bucket
+    const T* xs;                  // [N] centres by position (the finish)
+    const T* ys;
+    const int64_t* gs;            // [N] groups by position (NULL: one group)
+    const GridCells* cells;
+    uint8_t* state;               // [N] kUndecided / kKept / kRemoved by position
+    int32_t* cursor[2];           // [B] each: the cursors of a round and of the next one
+    uint32_t* count;              // [3] undecided boxes after a round (three rounds in turn)
+    int64_t N;
+    T r2;
+};
+
+__host__ __device__ inline uint8_t grid_state(const uint8_t* state, int32_t p) {
+    return *(const volatile uint8_t*)(state + p);  // written by other threads meanwhile
+}
+
+// Whether box t (bucket order) is a pred of the box at position p, (x, y), group g (t's
+// position < p is the caller's).
+template <typename T>
+__host__ __device__ inline bool grid_near(const GridView<T>& v, int32_t t, T x, T y, int64_t g) {
+    return (!v.sg || v.sg[t] == g) && grid_dist2(v.sx[t], v.sy[t], x, y) < v.r2;
+}
+
+// A box as the decisions see it: its centre, group and the buckets of its 3 x 3 cells.
+template <typename T>
+struct GridBox {
+    T x, y;
+    int64_t g;
+    uint32_t nb[9];
+    int n;
+};
+
+template <typename T>
+__host__ __device__ inline GridBox<T> grid_box(const GridCells& c, T x, T y, int64_t g) {
+    GridBox<T> b;
+    b.x = x;
+    b.y = y;
+    b.g = g;
+    b.n = grid_stencil(c, (double)x, (double)y, g, b.nb);
+    return b;
+}
+
+// Evaluate, for the box at bucket-order index s: kept, removed, or left undecided (waiting).
+template <typename T>
+__host__ __device__ inline void grid_evaluate(const GridView<T>& v, const GridCells& c,
+                                              int64_t s, const int32_t* cur) {
+    const int32_t p = v.spos[s];
+    if (v.state[p] != kUndecided || s >= (int64_t)cur[v.skey[s]] + kGridWindow) return;
+    const GridBox<T> b = grid_box(c, v.sx[s], v.sy[s], v.sg ? v.sg[s] : 0);
+    for (int i = 0; i < b.n; ++i) {
+        const int32_t end = v.bucket_begin[b.nb[i] + 1];
+        for (int32_t t = cur[b.nb[i]]; t < end; ++t) {
+            const int32_t q = v.spos[t];
+            if (q >= p) break;  // positions ascend within a bucket
+            const uint8_t st = grid_state(v.state, q);
+            if (st == kRemoved || !grid_near(v, t, b.x, b.y, b.g)) continue;
+            if (st == kKept) v.state[p] = kRemoved;
+            return;  // a kept pred removes it; an undecided one makes it wait
+        }
+    }
+    v.state[p] = kKept;
+}
+
+// Pull, for the box at bucket-order index s: removed if a kept pred is among the first
+// kGridWindow boxes of one of its buckets.
+template <typename T>
+__host__ __device__ inline void grid_pull(const GridView<T>& v, const GridCells& c, int64_t s,
+                                          const int32_t* cur) {
+    const int32_t p = v.spos[s];
+    if (v.state[p] != kUndecided) return;
+    const GridBox<T> b = grid_box(c, v.sx[s], v.sy[s], v.sg ? v.sg[s] : 0);
+    for (int i = 0; i < b.n; ++i) {
+        const int32_t t0 = cur[b.nb[i]], end = v.bucket_begin[b.nb[i] + 1];
+        for (int32_t t = t0; t < end && t < t0 + kGridWindow; ++t) {
+            const int32_t q = v.spos[t];
+            if (q >= p) break;
+            if (v.state[q] == kKept && grid_near(v, t, b.x, b.y, b.g)) {
+                v.state[p] = kRemoved;
+                return;
+            }
+        }
+    }
+}
+
+// Whether the box at bucket-order index s is undecided at or past its bucket's cursor (it
+// then bids for the bucket's next cursor and counts as left).
+template <typename T>
+__host__ __device__ inline bool grid_open(const GridView<T>& v, int64_t s, const int32_t* cur) {
+    return s >= (int64_t)cur[v.skey[s]] && v.state[v.spos[s]] == kUndecided;
+}
+
+// The first bucket-order index in [lo, hi) whose position is >= p (positions ascend).
+__host__ __device__ inline int32_t grid_lower_bound(const int32_t* spos, int32_t lo, int32_t hi,
+                                                    int32_t p) {
+    while (lo < hi) {
+        const int32_t m = lo + (hi - lo) / 2;
+        if (spos[m] < p) lo = m + 1; else hi = m;
+    }
+    return lo;
+}
+
+// Shared state of the finish (one block).
+struct GridFinishShared {
+    int32_t pos[kGridFinishRows];    // the window: undecided positions, ascending
+    uint64_t word[kGridFinishRows];  // bit j of word[i]: window box j is a pred of box i
+    uint8_t flag[kGridThreads];      // undecided bits of a chunk, kGridFinishScan per thread
+    int n;                           // boxes in the window
+    int64_t from;                    // the next position to look at
+    uint64_t kept;                   // kept boxes of the window
+};
+
+// The finish by one block (threads tid of nthreads; X: its barriers): the undecided boxes in
+// visiting order, kGridFinishRows at a time. Everything before the window is decided and every
+// kept box so far has removed its later neighbours (pull or push), so a window box's preds
+// that matter are in the window; resolved in order by thread 0; the kept ones then push.
+#pragma nv_exec_check_disable
+template <typename T, typename X>
+__host__ __device__ void grid_finish(const GridView<T>& v, const GridCells& c, GridFinishShared& sh,
+                                     int tid, int nthreads, X& x_) {
+    if (tid == 0) sh.from = 0;
+    x_.sync();
+    for (;;) {
+        // the window: the next undecided positions, by chunks of kGridFinishScan positions per
+        // thread (a bit each), so that long decided stretches pass quickly
+        if (tid == 0) sh.n = 0;
+        x_.sync();
+        while (sh.n < kGridFinishRows && sh.from < v.N) {
+            const int64_t base = sh.from, p0 = base + (int64_t)tid * kGridFinishScan;
+            uint32_t bits = 0;
+            for (int i = 0; i < kGridFinishScan; ++i)
+                bits |= (uint32_t)(p0 + i < v.N && v.state[p0 + i] == kUndecided) << i;
+            if (tid < kGridThreads) sh.flag[tid] = (uint8_t)bits;
+            const bool any = x_.sync_or(bits != 0);  // barrier: flags written, sh.from read
+            if (tid == 0) {
+                int64_t next = base + (int64_t)nthreads * kGridFinishScan;
+                for (int t = 0; any && t < nthreads && next > base; ++t) {
+                    for (uint32_t m = sh.flag[t]; m; m &= m - 1) {
+                        int i = 0;
+                        while (!((m >> i) & 1)) ++i;
+                        const int64_t p = base + (int64_t)t * kGridFinishScan + i;
+                        sh.pos[sh.n++] = (int32_t)p;
+                        if (sh.n == kGridFinishRows) {
+                            next = base;  // ends both loops; set below
+                            sh.from = p + 1;
+                            break;
+                        }
+                    }
+                }
+                if (next > base) sh.from = next;
+            }
+            x_.sync();
+        }
+        const int n = sh.n;
+        if (n == 0) return;
+        x_.note_window(n);
+        // the preds of each window box among the window: undecided boxes after the window's
+        // first position and before its own
+        for (int j = tid; j < n; j += nthreads) {
+            const int32_t p = sh.pos[j];
+            const GridBox<T> b = grid_box(c, v.xs[p], v.ys[p], v.gs ? v.gs[p] : 0);
+            uint64_t word = 0;
+            for (int i = 0; i < b.n; ++i) {
+                const int32_t end = v.bucket_begin[b.nb[i] + 1];
+                for (int32_t t = grid_lower_bound(v.spos, v.bucket_begin[b.nb[i]], end, sh.pos[0]);
+                     t < end && v.spos[t] < p; ++t) {
+                    const int32_t q = v.spos[t];
+                    if (v.state[q] != kUndecided || !grid_near(v, t, b.x, b.y, b.g)) continue;
+                    int lo = 0, hi = j;  // q is a window box before j
+                    while (lo < hi) {
+                        const int m = (lo + hi) / 2;
+                        if (sh.pos[m] < q) lo = m + 1; else hi = m;
+                    }
+                    word |= uint64_t(1) << lo;
+                }
+            }
+            sh.word[j] = word;
+        }
+        x_.sync();
+        if (tid == 0) {
+            uint64_t kept = 0;
+            for (int j = 0; j < n; ++j) {
+                const bool keep = !(sh.word[j] & kept);
+                v.state[sh.pos[j]] = keep ? kKept : kRemoved;
+                if (keep) kept |= uint64_t(1) << j;
+            }
+            sh.kept = kept;
+        }
+        x_.sync();
+        // the kept ones remove their undecided neighbours after the window
+        const int32_t last = sh.pos[n - 1];
+        for (uint64_t m = sh.kept; m; m &= m - 1) {
+            int j = 0;
+            while (!((m >> j) & 1)) ++j;
+            const GridBox<T> b = grid_box(c, v.xs[sh.pos[j]], v.ys[sh.pos[j]],
+                                          v.gs ? v.gs[sh.pos[j]] : 0);
+            for (int i = 0; i < b.n; ++i) {
+                const int32_t end = v.bucket_begin[b.nb[i] + 1];
+                const int32_t t0 = grid_lower_bound(v.spos, v.bucket_begin[b.nb[i]], end, last + 1);
+                for (int32_t t = t0 + tid; t < end; t += nthreads) {
+                    const int32_t q = v.spos[t];
+                    if (v.state[q] == kUndecided && grid_near(v, t, b.x, b.y, b.g))
+                        v.state[q] = kRemoved;
+                }
+            }
+        }
+        x_.sync();
+    }
+}
+
+// The rounds, then the finish (by X's block 0), over the Nf finite boxes (bucket order
+// [0, Nf)). X provides: items(n, f) (f(s) for its share of [0, n)), barrier() (all of the
+// decision's threads), open(...) (the advance of a share, counting), lead() (whether this
+// block finishes), the finish block's tid / nthreads / sync / sync_or, and note_round /
+// note_window (statistics for lab/grid_nms_host.cu; nothing on the device).
+#pragma nv_exec_check_disable
+template <typename T, typename X>
+__host__ __device__ void grid_decide(const GridView<T>& v, GridFinishShared& sh, X& x_) {
+    const GridCells c = *v.cells;
+    const int64_t Nf = v.bucket_begin[c.mask + 1];
+    uint32_t before = (uint32_t)Nf;  // undecided boxes before the round
+    for (int round = 0;; ++round) {
+        const int32_t* cur = v.cursor[round & 1];
+        int32_t* next = v.cursor[(round + 1) & 1];
+        uint32_t* left = v.count + round % 3;
+        if (x_.first()) v.count[(round + 1) % 3] = 0;  // last read two barriers ago
+        x_.items(Nf, [&](int64_t s) {
+            const uint32_t b = v.skey[s];
+            if (s == 0 || v.skey[s - 1] != b) next[b] = v.bucket_begin[b + 1];  // no bid yet
+            grid_evaluate(v, c, s, cur);
+        });
+        x_.barrier();
+        x_.items(Nf, [&](int64_t s) { grid_pull(v, c, s, cur); });
+        x_.barrier();
+        x_.open(v, Nf, cur, next, left);
+        x_.barrier();
+        const uint32_t now = *(const volatile uint32_t*)left;
+        x_.note_round(round, now);
+        if (now == 0) return;
+        if (round + 1 >= kGridMaxRounds || before - now < kGridMinProgress) break;
+        before = now;
+    }
+    if (x_.lead()) grid_finish(v, c, sh, x_.tid(), x_.nthreads(), x_);
+}
 
 // ------------------------------------------------------------------------------------------
 // CUDA kernels
 
-// Score keys and their box indices; with bbox (grid path), also the empty bounding box that
+// Score keys and their box indices; with bbox, also the empty bounding box that
 // nms_grid_gather_kernel then fills (bbox[0..3]: ordered bits of min x, min y, max x, max y).
 template <typename S>
 __global__ void __launch_bounds__(kGridThreads)
@@ -109,386 +468,179 @@ nms_grid_gather_kernel(const T* __restrict__ centers, int64_t D, const int32_t* 
     }
 }
 
-__device__ __forceinline__ BlockGrid grid_from_bbox(const unsigned long long* bbox,
-                                                    double cell_min, int max_cells) {
-    if (bbox[0] == ~0ull) return make_grid(INFINITY, INFINITY, -INFINITY, -INFINITY, cell_min,
-                                           max_cells);  // nothing finite: one cell
-    return make_grid(from_ordered_bits(bbox[0]), from_ordered_bits(bbox[1]),
-                     from_ordered_bits(bbox[2]), from_ordered_bits(bbox[3]), cell_min,
-                     max_cells);
-}
-
-// Cell key of every position (ncells for a non-finite centre); the grid for later kernels.
+// The bucket of every position (B = mask + 1 for a non-finite centre); the cells for the
+// later kernels.
 template <typename T>
 __global__ void __launch_bounds__(kGridThreads)
-nms_grid_keys_kernel(const T* __restrict__ xs, const T* __restrict__ ys, int64_t N,
-                     const unsigned long long* __restrict__ bbox, double cell_min,
-                     int max_cells, BlockGrid* __restrict__ grid_out,
-                     uint32_t* __restrict__ ckey, int32_t* __restrict__ cpos) {
-    const BlockGrid gr = grid_from_bbox(bbox, cell_min, max_cells);
-    if (blockIdx.x == 0 && threadIdx.x == 0) *grid_out = gr;
-    const uint32_t ncells = (uint32_t)(gr.gx * gr.gy);
+nms_grid_keys_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
+                     const int64_t* __restrict__ gs, int64_t N,
+                     const unsigned long long* __restrict__ bbox, T r2, uint32_t mask,
+                     GridCells* __restrict__ cells, uint32_t* __restrict__ ckey,
+                     int32_t* __restrict__ cpos) {
+    const bool any = bbox[0] != ~0ull;
+    const GridCells c = grid_cells_of(any ? from_ordered_bits(bbox[0]) : 0.0,
+                                      any ? from_ordered_bits(bbox[1]) : 0.0,
+                                      any ? from_ordered_bits(bbox[2]) : 0.0,
+                                      any ? from_ordered_bits(bbox[3]) : 0.0, (double)r2,
+                                      sizeof(T) == 4 ? 0x1p-149 : 0x1p-1074, mask);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *cells = c;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < N; p += stride) {
         const T x = xs[p], y = ys[p];
-        uint32_t k = ncells;
+        uint32_t k = mask + 1;
         if (finite_xy(x, y))
-            k = (uint32_t)grid_coord((double)y, gr.y0, gr.inv, gr.gy) * (uint32_t)gr.gx +
-                (uint32_t)grid_coord((double)x, gr.x0, gr.inv, gr.gx);
+            k = grid_bucket(grid_axis((double)x, c.x0, c.inv_x),
+                            grid_axis((double)y, c.y0, c.inv_y), gs ? gs[p] : 0, mask);
         ckey[p] = k;
         cpos[p] = (int32_t)p;
     }
 }
 
-// cell_begin[c] (c in [0, ncells]): the first spatial index whose cell is >= c; the boxes in
-// spatial order (sx, sy, sg).
+// The boxes in bucket order (sx, sy, sg), and bucket_begin[b] (b in [0, B]): the first
+// bucket-order index whose bucket is >= b (a binary search each, so that a pile of boxes in one
+// bucket leaves no long run of empty buckets to one thread).
 template <typename T>
 __global__ void __launch_bounds__(kGridThreads)
 nms_grid_cells_kernel(const uint32_t* __restrict__ skey, const int32_t* __restrict__ spos,
-                      int64_t N, const BlockGrid* __restrict__ grid, const T* __restrict__ xs,
-                      const T* __restrict__ ys, const int64_t* __restrict__ gs,
-                      int32_t* __restrict__ cell_begin, T* __restrict__ sx, T* __restrict__ sy,
-                      int64_t* __restrict__ sg) {
-    const int64_t ncells = (int64_t)grid->gx * grid->gy;
+                      int64_t N, int64_t B, const T* __restrict__ xs, const T* __restrict__ ys,
+                      const int64_t* __restrict__ gs, int32_t* __restrict__ bucket_begin,
+                      T* __restrict__ sx, T* __restrict__ sy, int64_t* __restrict__ sg) {
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s <= N; s += stride) {
-        // keys are <= ncells; cells (prev, cur] start at s (each c written once over all s)
-        const int64_t cur = s < N ? (int64_t)skey[s] : ncells;
-        const int64_t prev = s > 0 ? (int64_t)skey[s - 1] : -1;
-        for (int64_t c = prev + 1; c <= cur; ++c) cell_begin[c] = (int32_t)s;
-        if (s < N) {
-            const int32_t p = spos[s];
-            sx[s] = xs[p];
-            sy[s] = ys[p];
-            if (sg) sg[s] = gs[p];
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i <= (N > B ? N : B);
+         i += stride) {
+        if (i < N) {
+            const int32_t p = spos[i];
+            sx[i] = xs[p];
+            sy[i] = ys[p];
+            if (sg) sg[i] = gs[p];
+        }
+        if (i <= B) {
+            int64_t lo = 0, hi = N;
+            while (lo < hi) {
+                const int64_t m = lo + (hi - lo) / 2;
+                if (skey[m] < (uint64_t)i) lo = m + 1; else hi = m;
+            }
+            bucket_begin[i] = (int32_t)lo;
         }
     }
 }
 
-// Per position p: the runs of spatial indices of the 3 cell rows around its cell (runs[6p..]:
-// begin, end for cell rows cy-1, cy, cy+1; empty off the grid or for a non-finite centre),
-// inpred[p] (bits of the earlier positions of its own row block within the radius, same
-// group), and its far preds (earlier positions of earlier row blocks within the radius, same
-// group): npred[p] & kGridPredCount of them, the first kGridPredSlots in preds[k * N + p]
-// (k-major: a warp's loads of one slot are coalesced), in no fixed order; npred[p] has
-// kGridInPred set when inpred[p] is not 0 (npred[p] == 0: no pred at all, p is kept).
+// The states before the rounds (finite boxes undecided, the others kept), the cursors of the
+// first two rounds at the first box of each bucket, the counters zero.
 template <typename T>
 __global__ void __launch_bounds__(kGridThreads)
-nms_grid_neighbours_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
-                           const int64_t* __restrict__ gs, int64_t N,
-                           const BlockGrid* __restrict__ grid,
-                           const int32_t* __restrict__ cell_begin, const T* __restrict__ sx,
-                           const T* __restrict__ sy, const int64_t* __restrict__ sg,
-                           const int32_t* __restrict__ spos, T r2, int32_t* __restrict__ runs,
-                           uint64_t* __restrict__ inpred, int32_t* __restrict__ npred,
-                           int32_t* __restrict__ preds) {
-    const BlockGrid gr = *grid;
+nms_grid_init_kernel(const T* __restrict__ xs, const T* __restrict__ ys, int64_t N, int64_t B,
+                     const int32_t* __restrict__ bucket_begin, uint8_t* __restrict__ state,
+                     int32_t* __restrict__ cur0, int32_t* __restrict__ cur1,
+                     uint32_t* __restrict__ count) {
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < N; p += stride) {
-        const T xp = xs[p], yp = ys[p];
-        const int64_t gp = gs ? gs[p] : 0;
-        const int64_t base = p / kBoxesPerWord * kBoxesPerWord;
-        uint64_t word = 0;
-        int32_t n = 0;
-        int32_t run[6] = {0, 0, 0, 0, 0, 0};
-        if (finite_xy(xp, yp)) {
-            const int cx = grid_coord((double)xp, gr.x0, gr.inv, gr.gx);
-            const int cy = grid_coord((double)yp, gr.y0, gr.inv, gr.gy);
-            const int x_lo = cx > 0 ? cx - 1 : 0, x_hi = cx + 1 < gr.gx ? cx + 1 : cx;
-            for (int k = 0; k < 3; ++k) {
-                const int yy = cy - 1 + k;
-                if (yy < 0 || yy >= gr.gy) continue;
-                const int64_t row0 = (int64_t)yy * gr.gx;
-                const int32_t b = cell_begin[row0 + x_lo], e = cell_begin[row0 + x_hi + 1];
-                run[2 * k] = b;
-                run[2 * k + 1] = e;
-                for (int32_t s = b; s < e; ++s) {
-                    const int64_t q = spos[s];
-                    // earlier positions only: of p's row block (inpred), of earlier row blocks
-                    // (preds)
-                    if (q >= p) continue;
-                    if (sg && sg[s] != gp) continue;
-                    if (!(dist2_xy(sx[s], sy[s], xp, yp) < r2)) continue;
-                    if (q >= base) {
-                        word |= uint64_t(1) << (q % kBoxesPerWord);
-                    } else {
-                        if (n < kGridPredSlots) preds[(int64_t)n * N + p] = (int32_t)q;
-                        ++n;
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 6; ++k) runs[p * 6 + k] = run[k];
-        inpred[p] = word;
-        npred[p] = n | (word ? kGridInPred : 0);
-    }
+    for (int64_t p = first; p < N; p += stride)
+        state[p] = finite_xy(xs[p], ys[p]) ? kUndecided : kKept;
+    for (int64_t b = first; b < B; b += stride) cur0[b] = cur1[b] = bucket_begin[b];
+    if (first < 3) count[first] = 0;
 }
 
-// Per-row-block arrays of the rounds kernel, in its shared memory (C <= kGridRoundsSharedRbs)
-// or in the workspace; one carving for both.
-struct GridRoundsState {
-    ulonglong2* state[2];  // [C] kept, removed (two buffers: one read, one written a round)
-    uint32_t* hit;         // [2C] per half row block: rows with a kept far pred
-    uint32_t* wait;        // [2C] rows with an undecided far pred
-    uint32_t* before;      // [C] kept positions before the row block
-    size_t bytes;
+// The device side of grid_decide: the threads of the whole grid (a cooperative launch) or of
+// one block.
+template <bool kGridSync>
+struct GridExec {
+    int64_t gtid, gthreads;
+
+    __device__ GridExec()
+        : gtid((int64_t)blockIdx.x * blockDim.x + threadIdx.x),
+          gthreads((int64_t)gridDim.x * blockDim.x) {}
+    __device__ bool first() const { return gtid == 0; }
+    template <typename F>
+    __device__ void items(int64_t n, F&& f) {
+        for (int64_t s = gtid; s < n; s += gthreads) f(s);
+    }
+    __device__ void barrier() {
+        if constexpr (kGridSync)
+            cooperative_groups::this_grid().sync();
+        else
+            __syncthreads();
+    }
+    // The advance: a bid of each open box for its bucket's next cursor (one atomicMin per
+    // bucket and warp) and the count of the open boxes (one atomicAdd per warp). Warps step
+    // together (gthreads is a multiple of 32), so every ballot has all 32 lanes.
+    template <typename T>
+    __device__ void open(const GridView<T>& v, int64_t n, const int32_t* cur, int32_t* next,
+                         uint32_t* left) {
+        const int lane = threadIdx.x & 31;
+        for (int64_t base = gtid - lane; base < n; base += gthreads) {
+            const int64_t s = base + lane;
+            const bool open = s < n && grid_open(v, s, cur);
+            const uint32_t opened = __ballot_sync(0xffffffffu, open);
+            if (!opened) continue;
+            if (lane == 0) atomicAdd(left, (uint32_t)__popc(opened));
+            const uint32_t b = s < n ? v.skey[s] : 0xffffffffu;
+            const uint32_t same = __match_any_sync(0xffffffffu, b);
+            if (open && !(opened & same & ((1u << lane) - 1))) atomicMin(next + b, (int32_t)s);
+        }
+    }
+    __device__ bool lead() const { return blockIdx.x == 0; }
+    __device__ int tid() const { return threadIdx.x; }
+    __device__ int nthreads() const { return blockDim.x; }
+    __device__ void sync() { __syncthreads(); }
+    __device__ bool sync_or(bool b) { return __syncthreads_or(b) != 0; }
+    __device__ void note_round(int, uint32_t) {}
+    __device__ void note_window(int) {}
 };
 
-__host__ __device__ inline GridRoundsState grid_rounds_state(void* base, int64_t C) {
-    SmemCarver c(base);
-    auto take = [&](size_t bytes) { return c.take(bytes); };
-    GridRoundsState s;
-    s.state[0] = (ulonglong2*)take((size_t)C * sizeof(ulonglong2));
-    s.state[1] = (ulonglong2*)take((size_t)C * sizeof(ulonglong2));
-    s.hit = (uint32_t*)take((size_t)2 * C * sizeof(uint32_t));
-    s.wait = (uint32_t*)take((size_t)2 * C * sizeof(uint32_t));
-    s.before = (uint32_t*)take((size_t)C * sizeof(uint32_t));
-    s.bytes = c.off;
-    return s;
+// The rounds and the finish (grid_decide): a cooperative launch of blocks that are all resident
+// (kGridSync), or one block.
+template <typename T, bool kGridSync>
+__global__ void __launch_bounds__(kGridThreads) nms_grid_decide_kernel(GridView<T> v) {
+    __shared__ GridFinishShared sh;
+    GridExec<kGridSync> x;
+    grid_decide(v, sh, x);
 }
 
-// Far preds of position r (in row block starting at base) against the states `st` (NULL: the
-// initial states, kept exactly when npred == 0, else undecided): whether one is kept (hit) or,
-// if none is, whether one is undecided (wait). From the pred slots (all loads issued at once),
-// or, past kGridPredSlots of them, from the cell runs again.
-template <typename T>
-__device__ __forceinline__ void grid_far_preds(
-    int64_t r, int64_t base, int64_t N, const ulonglong2* st, const int32_t* __restrict__ npred,
-    const int32_t* __restrict__ preds, const int32_t* __restrict__ runs,
-    const T* __restrict__ xs, const T* __restrict__ ys, const int64_t* __restrict__ gs,
-    const T* __restrict__ sx, const T* __restrict__ sy, const int64_t* __restrict__ sg,
-    const int32_t* __restrict__ spos, T r2, bool& hit, bool& wait) {
-    hit = false;
-    wait = false;
-    auto look = [&](int64_t q) {
-        if (!st) {
-            if (npred[q] == 0)
-                hit = true;
-            else
-                wait = true;
-            return;
-        }
-        const ulonglong2 sq = st[q / kBoxesPerWord];
-        if ((sq.x >> (q % kBoxesPerWord)) & 1) {
-            hit = true;
-        } else if (!((sq.y >> (q % kBoxesPerWord)) & 1)) {
-            wait = true;
-        }
-    };
-    constexpr int kBatch = 8;  // loads in flight at once
-    const int32_t n = npred[r] & kGridPredCount;
-    if (n <= kGridPredSlots) {
-        for (int32_t k0 = 0; k0 < n && !hit; k0 += kBatch) {
-            int32_t q[kBatch];
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u)
-                q[u] = k0 + u < n ? preds[(int64_t)(k0 + u) * N + r] : -1;
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u)
-                if (q[u] >= 0) look(q[u]);
-        }
-        return;
-    }
-    const T xr = xs[r], yr = ys[r];
-    const int64_t gr = gs ? gs[r] : 0;
-    for (int k = 0; k < 3 && !hit; ++k) {
-        const int32_t e = runs[r * 6 + 2 * k + 1];
-        for (int32_t s0 = runs[r * 6 + 2 * k]; s0 < e && !hit; s0 += kBatch) {
-            int32_t q[kBatch];
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                const int32_t s = s0 + u;
-                q[u] = -1;
-                if (s < e) {
-                    const int32_t qs = spos[s];
-                    if (qs < base && (!sg || sg[s] == gr) && dist2_xy(sx[s], sy[s], xr, yr) < r2)
-                        q[u] = qs;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u)
-                if (q[u] >= 0) look(q[u]);
-        }
+// Kept boxes per 64 positions.
+__global__ void __launch_bounds__(kGridThreads)
+nms_grid_count_kernel(const uint8_t* __restrict__ state, int64_t N, int64_t C,
+                      uint32_t* __restrict__ kept) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t rb = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; rb < C; rb += stride) {
+        uint32_t n = 0;
+        for (int64_t p = rb * kBoxesPerWord; p < N && p < (rb + 1) * kBoxesPerWord; ++p)
+            n += state[p] == kKept;
+        kept[rb] = n;
     }
 }
 
-// One round of the grid path on the whole GPU (before the rounds kernel, for large N): a warp
-// per row block, states read from st_in (NULL: the initial states) and written to st_out.
-template <typename T>
-__global__ void __launch_bounds__(kGridRoundThreads)
-nms_grid_round_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
-                      const int64_t* __restrict__ gs, const uint64_t* __restrict__ inpred,
-                      const int32_t* __restrict__ npred, const int32_t* __restrict__ preds,
-                      const int32_t* __restrict__ runs, const T* __restrict__ sx,
-                      const T* __restrict__ sy, const int64_t* __restrict__ sg,
-                      const int32_t* __restrict__ spos, int64_t N, int64_t C, T r2,
-                      const ulonglong2* __restrict__ st_in, ulonglong2* __restrict__ st_out) {
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
-    for (int64_t rb = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; rb < C;
-         rb += warps) {
-        const int64_t base = rb * kBoxesPerWord, a = base + lane, b = a + 32;
-        uint64_t kept, removed;
-        if (st_in) {
-            const ulonglong2 sb = st_in[rb];
-            kept = sb.x;
-            removed = sb.y;
-        } else {
-            removed = rows_past_n(base, N);
-            kept = ballot64(a < N && npred[a] == 0, b < N && npred[b] == 0) & ~removed;
-        }
-        const uint64_t und = ~(kept | removed);
-        if (und) {
-            bool hit_a = false, hit_b = false, wait_a = false, wait_b = false;
-            if ((und >> lane) & 1)
-                grid_far_preds(a, base, N, st_in, npred, preds, runs, xs, ys, gs, sx, sy, sg,
-                               spos, r2, hit_a, wait_a);
-            if ((und >> (lane + 32)) & 1)
-                grid_far_preds(b, base, N, st_in, npred, preds, runs, xs, ys, gs, sx, sy, sg,
-                               spos, r2, hit_b, wait_b);
-            rounds_block_steps(a < N ? inpred[a] : 0, b < N ? inpred[b] : 0,
-                               ballot64(hit_a, hit_b), ballot64(wait_a, wait_b), kept, removed,
-                               kRoundSteps);
-        }
-        if (lane == 0) st_out[rb] = make_ulonglong2(kept, removed);
-    }
-}
-
-// The greedy of the grid path by rounds (see "Rounds"), one block of kGridScanThreads threads;
-// the per-row-block state in dynamic shared memory or (state_global) in the workspace.
-//   start: the states after the rounds of nms_grid_round_kernel (st_init), or the initial ones
-//     (rows with no pred at all kept);
-//   a round: (A) a warp per half row block (32 rows): the far preds of its undecided rows ->
-//     hit / wait bits; (B) a warp per row block: the in-block rule; two barriers;
-//   the rest in order by warp 0; then the outputs by all threads.
-template <typename T>
-__global__ void __launch_bounds__(kGridScanThreads, 1)
-nms_grid_rounds_kernel(const T* __restrict__ xs, const T* __restrict__ ys,
-                       const int64_t* __restrict__ gs, const int32_t* __restrict__ order,
-                       const uint64_t* __restrict__ inpred, const int32_t* __restrict__ npred,
-                       const int32_t* __restrict__ preds, const int32_t* __restrict__ runs,
-                       const T* __restrict__ sx, const T* __restrict__ sy,
-                       const int64_t* __restrict__ sg, const int32_t* __restrict__ spos,
-                       int64_t N, int64_t C, T r2, const ulonglong2* __restrict__ st_init,
-                       void* state_global, bool* __restrict__ keep_mask,
-                       int64_t* __restrict__ keep_idx,
-                       int64_t* __restrict__ num_kept) {
-    extern __shared__ __align__(16) unsigned char s_dyn[];
-    __shared__ int s_round[2][2][32];
+// One block: the kept boxes before each 64 positions (in place) and in all (num_kept, *total).
+__global__ void __launch_bounds__(1024)
+nms_grid_scan_kernel(uint32_t* __restrict__ kept, int64_t C, uint32_t* __restrict__ total,
+                     int64_t* __restrict__ num_kept) {
     __shared__ uint32_t s_warp[33];
-    const GridRoundsState S = grid_rounds_state(state_global ? state_global : (void*)s_dyn, C);
-    const int tid = threadIdx.x, nthreads = blockDim.x;
-    const int warp = tid >> 5, lane = tid & 31, nwarps = nthreads >> 5;
-    auto inpred_of = [&](int64_t r) -> uint64_t { return r < N ? inpred[r] : 0; };
+    const uint32_t t = block_scan(kept, (int)C, s_warp);
+    if (threadIdx.x == 0) {
+        if (num_kept) *num_kept = t;  // first: a host may be polling it
+        *total = t;
+    }
+}
 
-    // start: the states of the rounds run on the whole GPU before (st_init), or the initial
-    // ones (kept: the rows with no pred at all)
-    for (int64_t rb = warp; rb < C; rb += nwarps) {
-        const int64_t base = rb * kBoxesPerWord, a = base + lane, b = a + 32;
-        ulonglong2 sb;
-        if (st_init) {
-            sb = st_init[rb];
-        } else {
-            const uint64_t past = rows_past_n(base, N);
-            sb = make_ulonglong2(ballot64(a < N && npred[a] == 0, b < N && npred[b] == 0) & ~past,
-                                 past);
+// keep_mask by box, keep_idx in visiting order, -1 past the kept ones.
+__global__ void __launch_bounds__(kGridThreads)
+nms_grid_output_kernel(const uint8_t* __restrict__ state, const int32_t* __restrict__ order,
+                       int64_t N, const uint32_t* __restrict__ before,
+                       const uint32_t* __restrict__ total, bool* __restrict__ keep_mask,
+                       int64_t* __restrict__ keep_idx) {
+    const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int64_t rb = first; rb < C; rb += stride) {
+        int64_t k = before[rb];
+        for (int64_t p = rb * kBoxesPerWord; p < N && p < (rb + 1) * kBoxesPerWord; ++p) {
+            const bool kept = state[p] == kKept;
+            if (keep_mask) keep_mask[order[p]] = kept;
+            if (keep_idx && kept) keep_idx[k++] = order[p];
         }
-        if (lane == 0) S.state[0][rb] = sb;
-    }
-    __syncthreads();
-    int buf = 0;
-    for (int round = 0; round < kMaxRounds; ++round) {
-        const ulonglong2* st = S.state[buf];
-        // (A) far preds of the undecided rows, a half row block per warp
-        for (int64_t h = warp; h < 2 * C; h += nwarps) {
-            const ulonglong2 sb = st[h >> 1];
-            const uint32_t und = (uint32_t)(~(sb.x | sb.y) >> ((h & 1) * 32));
-            bool hit = false, wait = false;
-            if ((und >> lane) & 1) {
-                const int64_t r = h * 32 + lane;
-                grid_far_preds(r, (h >> 1) * kBoxesPerWord, N, st, npred, preds, runs, xs, ys,
-                               gs, sx, sy, sg, spos, r2, hit, wait);
-            }
-            const uint32_t hb = __ballot_sync(0xffffffffu, hit);
-            const uint32_t wb = __ballot_sync(0xffffffffu, wait);
-            if (lane == 0) {
-                S.hit[h] = hb;
-                S.wait[h] = wb;
-            }
-        }
-        __syncthreads();  // hit / wait published
-        // (B) the in-block rule, a row block per warp
-        int decided = 0, open = 0;  // warp-uniform
-        for (int64_t rb = warp; rb < C; rb += nwarps) {
-            const ulonglong2 sb = st[rb];
-            uint64_t kept = sb.x, removed = sb.y;
-            const uint64_t und = ~(kept | removed);
-            if (und) {
-                const int64_t base = rb * kBoxesPerWord;
-                const uint64_t hit = (uint64_t)S.hit[2 * rb] | ((uint64_t)S.hit[2 * rb + 1] << 32);
-                const uint64_t wait =
-                    (uint64_t)S.wait[2 * rb] | ((uint64_t)S.wait[2 * rb + 1] << 32);
-                rounds_block_steps(inpred_of(base + lane), inpred_of(base + 32 + lane), hit, wait,
-                                   kept, removed, kRoundSteps);
-                decided += __popcll(und & (kept | removed));
-                open += ~(kept | removed) != 0;
-            }
-            if (lane == 0) S.state[buf ^ 1][rb] = make_ulonglong2(kept, removed);
-        }
-        if (lane == 0) {
-            s_round[buf][0][warp] = decided;
-            s_round[buf][1][warp] = open;
-        }
-        __syncthreads();  // the new states and counts published; hit / wait free again
-        const int total_decided = pcops_warp::sum_i32(lane < nwarps ? s_round[buf][0][lane] : 0);
-        const int total_open = pcops_warp::sum_i32(lane < nwarps ? s_round[buf][1][lane] : 0);
-        buf ^= 1;
-        if (total_open <= kRoundMinOpen || total_decided < kRoundMinDecided) break;
-    }
-    // what is left, in order, by warp 0
-    ulonglong2* st = S.state[buf];
-    if (tid < 32) {
-        for (int64_t c0 = 0; c0 < C; c0 += 32) {
-            const bool has = c0 + lane < C && ~(st[c0 + lane].x | st[c0 + lane].y) != 0;
-            for (uint32_t todo = __ballot_sync(0xffffffffu, has); todo; todo &= todo - 1) {
-                const int64_t rb = c0 + __ffs(todo) - 1;
-                const int64_t base = rb * kBoxesPerWord;
-                const ulonglong2 sb = st[rb];
-                const uint64_t und = ~(sb.x | sb.y);
-                bool hit_a = false, hit_b = false, wait;
-                if ((und >> lane) & 1)
-                    grid_far_preds(base + lane, base, N, st, npred, preds, runs, xs, ys, gs, sx,
-                                   sy, sg, spos, r2, hit_a, wait);
-                if ((und >> (lane + 32)) & 1)
-                    grid_far_preds(base + 32 + lane, base, N, st, npred, preds, runs, xs, ys, gs,
-                                   sx, sy, sg, spos, r2, hit_b, wait);
-                const uint64_t rem =
-                    rounds_block_in_order(inpred_of(base + lane), inpred_of(base + 32 + lane),
-                                          sb.y | ballot64(hit_a, hit_b));
-                __syncwarp();  // every lane's reads of the states done
-                if (lane == 0) st[rb] = make_ulonglong2(~rem, rem);
-                __syncwarp();  // the final state visible to every lane
-            }
-        }
-    }
-    __syncthreads();
-    // outputs: kept positions before each row block, then keep_mask, keep_idx, num_kept
-    for (int64_t rb = tid; rb < C; rb += nthreads) S.before[rb] = (uint32_t)__popcll(st[rb].x);
-    __syncthreads();
-    const int64_t total = block_scan(S.before, (int)C, s_warp);
-    if (tid == 0 && num_kept) *num_kept = total;  // first: a host may be polling it
-    for (int64_t r = tid; r < N; r += nthreads) {
-        const int64_t rb = r / kBoxesPerWord;
-        const int t = (int)(r % kBoxesPerWord);
-        const uint64_t kept = st[rb].x;
-        const bool is_kept = (kept >> t) & 1;
-        if (keep_mask) keep_mask[order[r]] = is_kept;
-        if (keep_idx && is_kept)
-            keep_idx[S.before[rb] + __popcll(kept & ((uint64_t(1) << t) - 1))] = order[r];
     }
     if (keep_idx)
-        for (int64_t p = total + tid; p < N; p += nthreads) keep_idx[p] = -1;
+        for (int64_t p = (int64_t)*total + first; p < N; p += stride) keep_idx[p] = -1;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -505,6 +657,13 @@ size_t score_sort_bytes(pcops_dtype score_dtype, int64_t N, cudaStream_t stream)
     return bytes;
 }
 
+// B: a power of two >= 2N, at least 1024.
+int64_t grid_buckets(int64_t N) {
+    int64_t B = 1024;
+    while (B < 2 * N) B *= 2;
+    return B;
+}
+
 // Grid path workspace; one layout for the size query (base NULL) and the launcher.
 struct GridWorkspace {
     uint64_t *keys_in, *keys_out;
@@ -514,32 +673,33 @@ struct GridWorkspace {
     void *xs, *ys;  // [N] dtype, visiting order
     int64_t* gs;
     unsigned long long* bbox;  // [4]
-    BlockGrid* grid;
+    GridCells* cells;
     uint32_t *ckey, *skey;
-    int32_t *cpos, *spos, *cell_begin, *runs;
-    void *sx, *sy;  // [N] dtype, spatial order
+    int32_t *cpos, *spos, *bucket_begin;
+    void *sx, *sy;  // [N] dtype, bucket order
     int64_t* sg;
-    uint64_t* inpred;
-    int32_t *npred, *preds;  // [N], [kGridPredSlots][N]
-    void* rounds;       // grid_rounds_state(C), where it does not live in shared memory
-    ulonglong2* round_state[2];  // [C] each: the rounds of nms_grid_round_kernel
-    int cell_bits;      // bits of the cell keys
+    uint8_t* state;          // [N]
+    int32_t* cursor[2];      // [B]
+    uint32_t* count;         // [3]
+    uint32_t* kept;          // [C] kept boxes per 64 positions, then before them
+    uint32_t* total;         // [1]
+    int key_bits;            // bits of the bucket keys
     size_t bytes;
 };
 
 GridWorkspace grid_layout(void* base, size_t elem, pcops_dtype score_dtype, int64_t N,
                           cudaStream_t stream) {
     GridWorkspace w;
-    const int64_t max_cells = grid_max_cells(N);
-    w.cell_bits = 1;
-    while (w.cell_bits < 32 && (int64_t(1) << w.cell_bits) <= max_cells) ++w.cell_bits;
+    const int64_t B = grid_buckets(N), C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    w.key_bits = 1;
+    while ((int64_t(1) << w.key_bits) <= B) ++w.key_bits;  // keys <= B
     // cub's temp serves both sorts (size only: no launch, the temp pointer is NULL)
     const size_t score_bytes = score_sort_bytes(score_dtype, N, stream);
-    size_t cell_bytes = 0;
-    cub::DeviceRadixSort::SortPairs(nullptr, cell_bytes, (const uint32_t*)nullptr,
+    size_t key_bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, key_bytes, (const uint32_t*)nullptr,
                                     (uint32_t*)nullptr, (const int32_t*)nullptr,
-                                    (int32_t*)nullptr, (int)N, 0, w.cell_bits, stream);
-    w.cub_bytes = score_bytes > cell_bytes ? score_bytes : cell_bytes;
+                                    (int32_t*)nullptr, (int)N, 0, w.key_bits, stream);
+    w.cub_bytes = score_bytes > key_bytes ? score_bytes : key_bytes;
     pcops_carver c = pcops_carver_init(base);
     w.keys_in = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
     w.keys_out = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
@@ -550,35 +710,32 @@ GridWorkspace grid_layout(void* base, size_t elem, pcops_dtype score_dtype, int6
     w.ys = pcops_carve(&c, N, elem);
     w.gs = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
     w.bbox = (unsigned long long*)pcops_carve(&c, 4, sizeof(unsigned long long));
-    w.grid = (BlockGrid*)pcops_carve(&c, 1, sizeof(BlockGrid));
+    w.cells = (GridCells*)pcops_carve(&c, 1, sizeof(GridCells));
     w.ckey = (uint32_t*)pcops_carve(&c, N, sizeof(uint32_t));
     w.skey = (uint32_t*)pcops_carve(&c, N, sizeof(uint32_t));
     w.cpos = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
     w.spos = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
-    w.cell_begin = (int32_t*)pcops_carve(&c, max_cells + 1, sizeof(int32_t));
-    w.runs = (int32_t*)pcops_carve(&c, 6 * N, sizeof(int32_t));
+    w.bucket_begin = (int32_t*)pcops_carve(&c, B + 1, sizeof(int32_t));
     w.sx = pcops_carve(&c, N, elem);
     w.sy = pcops_carve(&c, N, elem);
     w.sg = (int64_t*)pcops_carve(&c, N, sizeof(int64_t));
-    w.inpred = (uint64_t*)pcops_carve(&c, N, sizeof(uint64_t));
-    w.npred = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
-    w.preds = (int32_t*)pcops_carve(&c, kGridPredSlots * N, sizeof(int32_t));
-    const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
-    w.rounds = pcops_carve(&c, (int64_t)grid_rounds_state(nullptr, C).bytes, 1);
-    const int64_t gpu_rounds = grid_gpu_rounds(C);
-    w.round_state[0] = (ulonglong2*)pcops_carve(&c, gpu_rounds > 0 ? C : 0, sizeof(ulonglong2));
-    w.round_state[1] = (ulonglong2*)pcops_carve(&c, gpu_rounds > 1 ? C : 0, sizeof(ulonglong2));
+    w.state = (uint8_t*)pcops_carve(&c, N, sizeof(uint8_t));
+    w.cursor[0] = (int32_t*)pcops_carve(&c, B, sizeof(int32_t));
+    w.cursor[1] = (int32_t*)pcops_carve(&c, B, sizeof(int32_t));
+    w.count = (uint32_t*)pcops_carve(&c, 3, sizeof(uint32_t));
+    w.kept = (uint32_t*)pcops_carve(&c, C, sizeof(uint32_t));
+    w.total = (uint32_t*)pcops_carve(&c, 1, sizeof(uint32_t));
     w.bytes = pcops_carver_bytes(&c);
     return w;
 }
 
-// The rounds kernel's shared memory (all a block may opt into: its state up to
-// kGridRoundsSharedRbs row blocks where that fits, else the state lives in the workspace).
+// The decide kernel's resident blocks (no dynamic shared memory).
 template <typename T>
-cudaError_t grid_rounds_attributes(int* bytes) {
+cudaError_t grid_decide_attributes(int* blocks) {
     static SmemOptIn cache;
-    int blocks = 0;
-    return opt_into_shared(nms_grid_rounds_kernel<T>, kGridScanThreads, cache, bytes, &blocks);
+    int bytes = 0;
+    return opt_into_shared(nms_grid_decide_kernel<T, true>, kGridThreads, cache, &bytes, blocks,
+                           false);
 }
 
 unsigned grid_blocks(int64_t n) {
@@ -592,14 +749,12 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
                         const int64_t* groups, int64_t N, double radius2, void* workspace,
                         bool* keep_mask, int64_t* keep_idx, int64_t* num_kept,
                         cudaStream_t stream) {
-    int smem_bytes = 0;
-    cudaError_t err = grid_rounds_attributes<T>(&smem_bytes);
+    int max_blocks = 0;
+    cudaError_t err = grid_decide_attributes<T>(&max_blocks);
     if (err != cudaSuccess) return err;
-    const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    const int64_t B = grid_buckets(N), C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
     GridWorkspace w = grid_layout(workspace, sizeof(T), score_dtype, N, stream);
     const T r2 = (T)radius2;  // rounded as the CPU rounds it
-    const double cell_min = sqrt((double)r2) * (1.0 + 1.0 / 1024.0);
-    const int max_cells = (int)grid_max_cells(N);
     T *xs = (T*)w.xs, *ys = (T*)w.ys, *sx = (T*)w.sx, *sy = (T*)w.sy;
     int64_t* gs = groups ? w.gs : nullptr;
     int64_t* sg = groups ? w.sg : nullptr;
@@ -616,32 +771,35 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
     nms_grid_gather_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
         centers, D, w.order, groups, N, xs, ys, gs, w.bbox);
     nms_grid_keys_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
-        xs, ys, N, w.bbox, cell_min, max_cells, w.grid, w.ckey, w.cpos);
+        xs, ys, gs, N, w.bbox, r2, (uint32_t)(B - 1), w.cells, w.ckey, w.cpos);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    // stable: positions ascend within a bucket
     err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.ckey, w.skey, w.cpos,
-                                          w.spos, (int)N, 0, w.cell_bits, stream);
+                                          w.spos, (int)N, 0, w.key_bits, stream);
     if (err != cudaSuccess) return err;
-    nms_grid_cells_kernel<T><<<grid_blocks(N + 1), kGridThreads, 0, stream>>>(
-        w.skey, w.spos, N, w.grid, xs, ys, gs, w.cell_begin, sx, sy, sg);
-    nms_grid_neighbours_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
-        xs, ys, gs, N, w.grid, w.cell_begin, sx, sy, sg, w.spos, r2, w.runs, w.inpred, w.npred,
-        w.preds);
-    const int64_t gpu_rounds = grid_gpu_rounds(C);
-    const ulonglong2* st = nullptr;
-    for (int64_t i = 0; i < gpu_rounds; ++i) {
-        ulonglong2* out = w.round_state[i & 1];
-        const int64_t round_blocks = (C + kGridRoundThreads / 32 - 1) / (kGridRoundThreads / 32);
-        nms_grid_round_kernel<T><<<(unsigned)(round_blocks < 8192 ? round_blocks : 8192),
-                                   kGridRoundThreads, 0, stream>>>(
-            xs, ys, gs, w.inpred, w.npred, w.preds, w.runs, sx, sy, sg, w.spos, N, C, r2, st,
-            out);
-        st = out;
+    nms_grid_cells_kernel<T><<<grid_blocks((N > B ? N : B) + 1), kGridThreads, 0, stream>>>(
+        w.skey, w.spos, N, B, xs, ys, gs, w.bucket_begin, sx, sy, sg);
+    nms_grid_init_kernel<T><<<grid_blocks(N > B ? N : B), kGridThreads, 0, stream>>>(
+        xs, ys, N, B, w.bucket_begin, w.state, w.cursor[0], w.cursor[1], w.count);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+
+    GridView<T> v{w.spos, w.skey, sx, sy, sg, w.bucket_begin, xs, ys, gs, w.cells, w.state,
+                  {w.cursor[0], w.cursor[1]}, w.count, N, r2};
+    bool ran = false;
+    if (max_blocks > 0) {
+        const int64_t want = (N + kGridThreads - 1) / kGridThreads;
+        const unsigned coop = (unsigned)(want < max_blocks ? want : max_blocks);
+        void* args[] = {(void*)&v};
+        err = launch_cooperative((const void*)nms_grid_decide_kernel<T, true>, coop, kGridThreads,
+                                 args, 0, stream, &ran);
+        if (err != cudaSuccess) return err;
     }
-    const size_t state_bytes = grid_rounds_state(nullptr, C).bytes;
-    const bool shared = C <= kGridRoundsSharedRbs && state_bytes <= (size_t)smem_bytes;
-    nms_grid_rounds_kernel<T><<<1, kGridScanThreads, shared ? state_bytes : 0, stream>>>(
-        xs, ys, gs, w.order, w.inpred, w.npred, w.preds, w.runs, sx, sy, sg, w.spos, N, C, r2,
-        st, shared ? nullptr : w.rounds, keep_mask, keep_idx, num_kept);
+    if (!ran) nms_grid_decide_kernel<T, false><<<1, kGridThreads, 0, stream>>>(v);
+
+    nms_grid_count_kernel<<<grid_blocks(C), kGridThreads, 0, stream>>>(w.state, N, C, w.kept);
+    nms_grid_scan_kernel<<<1, 1024, 0, stream>>>(w.kept, C, w.total, num_kept);
+    nms_grid_output_kernel<<<grid_blocks(C), kGridThreads, 0, stream>>>(
+        w.state, w.order, N, w.kept, w.total, keep_mask, keep_idx);
     return cudaGetLastError();
 }
 

@@ -4,7 +4,8 @@
  * below).
  *
  * The paths (kernels/circle_nms_paths.h):
- *   GRID   any N up to PCOPS_CIRCLE_NMS_CUDA_MAX (grid.cuh);
+ *   GRID   any N up to PCOPS_CIRCLE_NMS_CUDA_MAX: a hashed grid of cells a radius wide,
+ *          rounds of keep / pull, an in-order finish (grid.cuh);
  *   BLOCK  N <= kBlockMaxBoxes = 4096, one thread block (block.cuh);
  *   FLOW   N <= kFlowMaxBoxes = 4096, one cooperative launch of ceil(N / 32) blocks; it runs
  *          BLOCK itself where that launch cannot run (flow.cuh).
