@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# CI's wheel phase (.ci/run): builds the pcops wheel (CPU kernels only: the binding code and the
+# packaging are what this checks; the CUDA code is compiled by CI's main build) from a copy of
+# the tree, installs it into two fresh virtual environments, one with the newest torch and one
+# with the oldest torch the stable ABI targets (TORCH_OLD, default the target in setup.py,
+# 2.10), and runs the CPU test suite unchanged in each, against the installed wheel: the tests
+# run from the copy with pcops/ removed, so `import pcops` (also in the tests' subprocesses,
+# which put the tree on PYTHONPATH) is the wheel.
+#
+#   bash scripts/ci_wheel.sh [pytest args]     (default: the whole suite, -q)
+#
+# TORCH_NEW / TORCH_OLD: pip requirement of each environment's torch ("torch" and
+# "torch==2.10.*" by default). The venvs are fresh (no system site-packages); the downloads are
+# kept between runs in CI_WHEELHOUSE (default ~/.cache/pcops-ci-wheelhouse). Prints the time of
+# each step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+target=$($PY - <<'PY'
+import re
+src = open("setup.py").read()
+m = re.search(r"TORCH_TARGET\s*=\s*\((\d+),\s*(\d+)\)", src)
+print(f"{m.group(1)}.{m.group(2)}")
+PY
+)
+TORCH_NEW=${TORCH_NEW:-torch}
+TORCH_OLD=${TORCH_OLD:-torch==$target.*}
+HOUSE=${CI_WHEELHOUSE:-$HOME/.cache/pcops-ci-wheelhouse}
+REQS=(numpy pytest tqdm matplotlib)
+PYTEST_ARGS=("$@")
+[ ${#PYTEST_ARGS[@]} -gt 0 ] || PYTEST_ARGS=(-q)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+SECONDS=0
+stamp() { echo "CI wheel [+${SECONDS}s] $*"; }
+
+# A copy of the tracked and unignored files: the wheel build writes build/ and
+# pcops/_build_info.py, which must not touch the tree CI tests in place.
+stamp "copy the tree, build the wheel (PCOPS_CUDA=0)"
+mkdir "$work/src"
+git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+    [ -e "$f" ] && printf '%s\0' "$f"
+done | tar --null -T - -cf - | tar -xf - -C "$work/src"
+(cd "$work/src" && PCOPS_CUDA=0 MAX_JOBS="${MAX_JOBS:-2}" $PY -m pip wheel -q --no-build-isolation \
+    --no-deps -w "$work/dist" .)
+wheel=$(ls "$work"/dist/pcops-*.whl)
+stamp "built $(basename "$wheel")"
+rm -rf "$work/src/pcops" "$work/src/build"
+
+status=0
+for spec in "$TORCH_NEW" "$TORCH_OLD"; do
+    venv="$work/venv-${spec//[^A-Za-z0-9.]/_}"
+    stamp "fresh venv with $spec"
+    $PY -m venv "$venv"
+    # The package index here sends wheels that pip does not cache (about 4 GB per torch with its
+    # CUDA libraries): they are kept in a wheelhouse, which `pip download` tops up (it skips the
+    # files already there), and the venv installs from it without the index.
+    house="$HOUSE/${spec//[^A-Za-z0-9.]/_}"
+    mkdir -p "$house"
+    $PY -m pip download -q -d "$house" "$spec" "${REQS[@]}"
+    "$venv/bin/python" -m pip install -q --no-index --find-links "$house" "$spec" "${REQS[@]}" "$wheel"
+    (cd "$work/src" && "$venv/bin/python" -c "
+import os, sys, torch, pcops
+print('CI wheel: torch', torch.__version__, '| pcops', pcops.__version__, 'from', os.path.dirname(pcops.__file__))
+sys.exit(0 if pcops.__file__.startswith(sys.prefix) else 1)
+")
+    stamp "CPU tests against the wheel, $spec"
+    if ! (cd "$work/src" && env -u PYTEST_ADDOPTS "$venv/bin/python" -m pytest -p no:cacheprovider "${PYTEST_ARGS[@]}"); then
+        echo "CI wheel: the tests FAILED with $spec"
+        status=1
+    fi
+    rm -rf "$venv"
+done
+stamp "done (status $status)"
+exit $status
