@@ -55,11 +55,12 @@ for spec in "$TORCH_NEW" "$TORCH_OLD"; do
     $PY -m venv "$venv"
     # The package index here sends wheels that pip does not cache (about 4 GB per torch with its
     # CUDA libraries): they are kept in a wheelhouse, which `pip download` tops up (it skips the
-    # files already there), and the venv installs from it without the index.
+    # files already there), and the venv installs from it without the index (--no-compile: no
+    # byte-compiling of torch's thousands of modules at install time).
     house="$HOUSE/${spec//[^A-Za-z0-9.]/_}"
     mkdir -p "$house"
     $PY -m pip download -q -d "$house" "$spec" "${REQS[@]}"
-    "$venv/bin/python" -m pip install -q --no-index --find-links "$house" "$spec" "${REQS[@]}" "$wheel"
+    "$venv/bin/python" -m pip install -q --no-compile --no-index --find-links "$house" "$spec" "${REQS[@]}" "$wheel"
     (cd "$work/src" && "$venv/bin/python" -c "
 import os, sys, torch, pcops
 print('CI wheel: torch', torch.__version__, '| pcops', pcops.__version__, 'from', os.path.dirname(pcops.__file__))
