@@ -466,13 +466,6 @@ Tensor to_dtype(const char* op, const char* name, const Tensor& t, ScalarType ty
     return copy_as(op, name, t, type, false);
 }
 
-// aten::<name> through the dispatcher with `args`; returns the first result.
-static Tensor call_aten(const char* name, const char* overload, std::vector<StableIValue> args) {
-    STABLE_TORCH_ERROR_CODE_CHECK(
-        torch_call_dispatcher(name, overload, args.data(), TORCH_ABI_VERSION));
-    return torch::stable::detail::to<Tensor>(args[0]);
-}
-
 Tensor to_dist_dtype(const char* op, const char* name, const Tensor& t, ScalarType type) {
     if (type == ScalarType::Half || type == ScalarType::BFloat16) {
         // the largest finite float16 (65504) and bfloat16 (0x7f7f: 3.3895313892515355e38),
@@ -484,11 +477,10 @@ Tensor to_dist_dtype(const char* op, const char* name, const Tensor& t, ScalarTy
             for (int64_t i = 0, n = t.numel(); i < n; ++i)
                 if (p[i] > top && p[i] < inf) p[i] = (float)top;
         } else {
-            using torch::stable::detail::from;
-            const Tensor above = call_aten("aten::gt", "Scalar", {from(t), from(top)});
-            const Tensor finite = call_aten("aten::lt", "Scalar", {from(t), from(inf)});
-            const Tensor mask = call_aten("aten::logical_and", "", {from(above), from(finite)});
-            call_aten("aten::masked_fill_", "Scalar", {from(t), from(mask), from(top)});
+#ifdef PCOPS_WITH_CUDA
+            check_cuda(op, pcops_dist_cap_cuda(data<float>(t), t.numel(), (float)top,
+                                               current_stream(t)));
+#endif
         }
     }
     return to_dtype(op, name, t, type);

@@ -511,6 +511,9 @@ cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* features, cons
                                    pcops_index_dtype idx_dtype, const void* weight, int64_t B,
                                    int64_t N, int64_t C, int64_t M, int64_t K, void* out,
                                    cudaStream_t stream);
+/* The half-output cap of the overflow rule (dist_cap.cu): every value of values[0, n) above
+ * top and below +inf becomes top (+inf and NaN stay), in place, on `stream`. */
+cudaError_t pcops_dist_cap_cuda(float* values, int64_t n, float top, cudaStream_t stream);
 /* Neighbour distances on CUDA (see pcops_neighbor_dist2_cpu). */
 cudaError_t pcops_neighbor_dist2_cuda(pcops_dtype dtype, const void* query, const void* ref,
                                       const void* idx, pcops_index_dtype idx_dtype, int64_t B,

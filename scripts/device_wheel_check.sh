@@ -38,15 +38,14 @@ fi
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-# The environment: this machine's torch (system site-packages) plus the wheel, no build.
+# The environment: this machine's torch (wherever its Python finds it: a virtual environment
+# would hide a user-site install) plus the wheel, unpacked into a folder of its own by pip, no
+# build.
 work=$(mktemp -d)
-stamp "install the wheel into a venv over the machine's torch"
-{
-    $PY -m venv --system-site-packages "$work/venv" &&
-        "$work/venv/bin/python" -m pip install --no-index --no-deps "$WHEEL"
-} > "$OUT/install.log" 2>&1
+stamp "install the wheel into $work/site over the machine's torch"
+$PY -m pip install --no-index --no-deps --target "$work/site" "$WHEEL" > "$OUT/install.log" 2>&1
 echo $? > "$OUT/install.rc"
-VPY=$work/venv/bin/python
+VPY="env PYTHONPATH=$work/site $PY"
 # The stages run from a folder without the source tree's pcops, so `import pcops` is the wheel.
 mkdir "$work/run"
 cp -r tests pytest.ini examples benchmarks "$work/run/"
@@ -55,7 +54,7 @@ import os, sys, torch, pcops
 print('torch', torch.__version__, '| pcops', pcops._build_info.VERSION, 'built with torch',
       pcops._build_info.BUILT_WITH_TORCH, '|', pcops._build_info.CUDA_ARCHS)
 print('pcops from', os.path.dirname(pcops.__file__))
-sys.exit(0 if pcops.__file__.startswith(sys.prefix) and pcops.WITH_CUDA else 1)
+sys.exit(0 if pcops.__file__.startswith('$work/site') and pcops.WITH_CUDA else 1)
 ") > "$OUT/import.log" 2>&1
 echo $? > "$OUT/import.rc"
 cat "$OUT/import.log"
