@@ -248,6 +248,26 @@ def test_opcheck(device, gen, metric):
     torch.library.opcheck(knn_op, (query.float()[..., :1], ref.float()[..., :1], 7, None, None, metric))
 
 
+@pytest.mark.parametrize("metric", METRICS)
+def test_vmap_compile_and_func_transforms(gen, metric):
+    Q = features(3, 10, 5, gen).reshape(3, 1, 10, 5).expand(3, 2, 10, 5).contiguous()
+    R = features(3, 24, 5, gen).reshape(3, 2, 12, 5)
+    d, i = torch.vmap(lambda q, r: pcops.knn(q, r, 3, metric=metric))(Q, R)
+    for v in range(3):
+        dv, iv = pcops.knn(Q[v], R[v], 3, metric=metric)
+        assert_equal(d[v], dv)
+        assert_equal(i[v], iv)
+    f = torch.compile(lambda q, r: pcops.knn(q, r, 3, metric=metric), fullgraph=True,
+                      backend="aot_eager")
+    dc, ic = f(Q[0], R[0])
+    assert_equal(dc, d[0])
+    assert_equal(ic, i[0])
+    q, r = Q[0].double(), R[0].double()
+    jr = torch.func.jacrev(lambda q: pcops.knn(q, r, 3, metric=metric)[0])(q)
+    jf = torch.func.jacfwd(lambda q: pcops.knn(q, r, 3, metric=metric)[0])(q)
+    assert_close(jr, jf, atol=1e-12, what="jacrev vs jacfwd")
+
+
 # ---------------------------------------------------------------------------------------------
 # bad inputs
 
