@@ -88,7 +88,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu_auto(
 // slots (idx -1, dist2 0: PyTorch3D's layout) and writes the others' squared distances with the
 // searches' arithmetic. dist2 in the dtype of query.
 at::Tensor dist2_in_query_dtype(const at::Tensor& dist2, const at::Tensor& query) {
-    return to_dtype(kOpDist2, "nsample", dist2, query.scalar_type());
+    return to_dist_dtype(kOpDist2, "nsample", dist2, query.scalar_type());
 }
 
 std::tuple<at::Tensor, at::Tensor> ball_query_dist2_cpu(

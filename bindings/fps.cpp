@@ -17,7 +17,7 @@ constexpr const char* kOp = "furthest_point_sample";
 // The coverage curve in the dtype of xyz (computed in float32 for half types): no dispatch when
 // it already is.
 at::Tensor dist2_in_input_dtype(const at::Tensor& dist2, const at::Tensor& xyz) {
-    return to_dtype(kOp, "npoint", dist2, xyz.scalar_type());
+    return to_dist_dtype(kOp, "npoint", dist2, xyz.scalar_type());
 }
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.

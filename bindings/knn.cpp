@@ -92,7 +92,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu_metric(
                                            ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.D, c.k,
                                            c.metric, c.dist2.data_ptr(),
                                            c.idx.data_ptr<int64_t>()));
-        return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
+        return {to_dist_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
     }
     const pcops_knn_path v = (pcops_knn_path)path;
     const int64_t workspace_bytes =
@@ -106,7 +106,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu_metric(
     if (status != PCOPS_SUCCESS && forced != nullptr)
         forced_path_refused(kPathOp, forced, sizes_of(c.B, c.M, c.N, c.k));
     check_status(kOp, status);
-    return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
+    return {to_dist_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query, const at::Tensor& ref,
@@ -148,7 +148,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda_metric(
                                           c.metric, c.dist2.data_ptr(),
                                           c.idx.data_ptr<int64_t>(),
                                           at::cuda::getCurrentCUDAStream()));
-        return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
+        return {to_dist_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
     }
     pcops_knn_cuda_plan plan;
     const cudaError_t err =
@@ -162,7 +162,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda_metric(
                                        workspace_ptr(workspace), c.dist2.data_ptr(),
                                        c.idx.data_ptr<int64_t>(),
                                        at::cuda::getCurrentCUDAStream()));
-    return {to_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
+    return {to_dist_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_cuda(const at::Tensor& query, const at::Tensor& ref,

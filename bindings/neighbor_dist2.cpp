@@ -33,7 +33,7 @@ Dist2Call prepare(const at::Tensor& query, const at::Tensor& ref, const at::Tens
 }
 
 at::Tensor finish(const Dist2Call& c, const at::Tensor& query) {
-    return to_dtype(kOp, "idx", c.out, query.scalar_type());
+    return to_dist_dtype(kOp, "idx", c.out, query.scalar_type());
 }
 
 at::Tensor neighbor_dist2_cpu(const at::Tensor& query, const at::Tensor& ref,

@@ -51,7 +51,7 @@ void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nu
 
 std::tuple<at::Tensor, at::Tensor> finish(const ThreeNnCall& c, const at::Tensor& unknown) {
     if (c.dist.scalar_type() == unknown.scalar_type()) return {c.dist, c.idx};
-    return {to_dtype(kOp, "unknown", c.dist, unknown.scalar_type()), c.idx};
+    return {to_dist_dtype(kOp, "unknown", c.dist, unknown.scalar_type()), c.idx};
 }
 
 std::tuple<at::Tensor, at::Tensor> three_nn_pointnet2_cpu(const at::Tensor& unknown,

@@ -1,6 +1,8 @@
 // utils.cpp -- input checks shared by every binding (see utils.h).
 #include "utils.h"
 
+#include <limits>
+
 #include <atomic>
 #include <cmath>
 #include <sstream>
@@ -271,6 +273,18 @@ at::Tensor to_compute_dtype(const char* op, const char* name, const at::Tensor& 
 at::Tensor to_dtype(const char* op, const char* name, const at::Tensor& t, at::ScalarType type) {
     if (t.scalar_type() == type) return t;
     return copy_as(op, name, t, type, false);
+}
+
+at::Tensor to_dist_dtype(const char* op, const char* name, const at::Tensor& t,
+                         at::ScalarType type) {
+    if (type == at::kHalf || type == at::kBFloat16) {
+        // the largest finite float16 (65504) and bfloat16 (0x7f7f: 3.3895313892515355e38),
+        // both exact in float32
+        const double top = type == at::kHalf ? 65504.0 : 3.3895313892515355e38;
+        t.masked_fill_(t.gt(top).logical_and_(t.lt(std::numeric_limits<double>::infinity())),
+                       top);
+    }
+    return to_dtype(op, name, t, type);
 }
 
 pcops_dtype to_pcops_dtype(at::ScalarType type) {

@@ -145,6 +145,13 @@ at::Tensor to_compute_dtype(const char* op, const char* name, const at::Tensor& 
 // A result `t` in dtype `type` (itself when it has it): the copy is sized by argument `name`.
 at::Tensor to_dtype(const char* op, const char* name, const at::Tensor& t, at::ScalarType type);
 
+// A distance result `t` (float32 or float64, >= 0) in dtype `type`, as to_dtype, keeping the
+// saturation rule of kernels/geometry.h: +inf means an empty slot, so a finite distance too
+// large for a float16 / bfloat16 output becomes that type's largest finite value instead of
+// rounding to +inf (+inf and NaN stay). `t` is the op's own buffer and may be changed in place.
+at::Tensor to_dist_dtype(const char* op, const char* name, const at::Tensor& t,
+                         at::ScalarType type);
+
 pcops_dtype to_pcops_dtype(at::ScalarType type);
 
 // The data of an optional int64 tensor (lengths, start, groups), or NULL for the C API.

@@ -5,7 +5,8 @@
  * What lives here, top to bottom:
  *   1. PCOPS_HD and the no-contraction guarantee for the C compilers.
  *   2. pcops_dist2_{f32,f64} / pcops_dist2_xy_{f32,f64}: THE squared distance. Every kernel
- *      that compares distances calls these, so the CPU and CUDA choose the same points.
+ *      that compares distances calls these, so the CPU and CUDA choose the same points. The
+ *      overflow rule: pcops_staged_x_*, pcops_dist2_sat_*, pcops_dist2_checked_*.
  *   3. The (dist2, idx) key: its order, and the float32 packing into one uint64.
  *   4. Bounded selection lists on (dist2, idx): a max-heap and a sorted list, host and device.
  *   5. Valid lengths (lengths[b] clamped to [0, N]) and x mod L.
@@ -41,6 +42,7 @@
 #ifndef PCOPS_GEOMETRY_H
 #define PCOPS_GEOMETRY_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -103,6 +105,21 @@
  *    to nearest on its own (no FMA). +inf for overflow, NaN for non-finite inputs, as IEEE
  *    says. Built from two rounded operations per type: the intrinsics on the device, plain
  *    operators on the host (each product kept from contraction by section 1).
+ *
+ *    The overflow rule (what the searches report). +inf means an empty slot, so two points
+ *    with finite coordinates never get it: where their sum overflows (points about 1.8e19
+ *    apart in float32, 1.3e154 in float64, or differences that overflow) the distance
+ *    is the type's largest finite value PCOPS_DIST2_MAX_<SUF> (FLT_MAX, DBL_MAX); such refs tie
+ *    there and are ordered by index like every other tie. A point with a non-finite
+ *    coordinate is never a neighbour. The searches get this cheaply, in two steps:
+ *      - a point is staged ONCE where it is loaded (a tile, a copy, a register):
+ *        pcops_staged_x_SUF(x, y, z) is x, or NaN when a coordinate is not finite, so every
+ *        distance to it is NaN, which no selection takes (comparisons with NaN are false);
+ *      - each distance then only saturates: pcops_dist2_sat_SUF(d) = (MAX < d) ? MAX : d,
+ *        which keeps NaN (one compare and a select, or one min.NaN on sm_80+).
+ *    Paths whose points are all finite (the grids bin only finite refs and skip non-finite
+ *    queries) need only the saturation. pcops_dist2_checked_SUF is the rule in one call, for
+ *    ops that compute a few distances of given pairs (neighbor_dist2).
  * ---------------------------------------------------------------------------------------- */
 #if defined(__CUDA_ARCH__)
 PCOPS_HD float pcops_mul_f32(float a, float b) { return __fmul_rn(a, b); }
@@ -138,6 +155,69 @@ PCOPS_DEFINE_HOST_OPS(f64, double)
 PCOPS_DEFINE_DIST2(f32, float)
 PCOPS_DEFINE_DIST2(f64, double)
 #undef PCOPS_DEFINE_DIST2
+
+/* The largest finite float32 / float64 (FLT_MAX, DBL_MAX, spelled out: no <float.h> needed). */
+#define PCOPS_DIST2_MAX_f32 3.40282346638528859812e+38f
+#define PCOPS_DIST2_MAX_f64 1.79769313486231570815e+308
+
+/* The saturation of a distance d >= +0 or NaN: MAX for +inf, NaN stays NaN (MAX < NaN is
+ * false). On sm_80+ one min.NaN.f32 (NaN if either operand is). */
+PCOPS_HD float pcops_dist2_sat_f32(float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(d), "f"(PCOPS_DIST2_MAX_f32));
+    return r;
+#else
+    return PCOPS_DIST2_MAX_f32 < d ? PCOPS_DIST2_MAX_f32 : d;
+#endif
+}
+PCOPS_HD double pcops_dist2_sat_f64(double d) {
+    return PCOPS_DIST2_MAX_f64 < d ? PCOPS_DIST2_MAX_f64 : d;
+}
+
+/* pcops_staged_x_SUF(x, y, z): the x coordinate of a point as the searches stage it: x when
+ * the three coordinates are finite, else NaN (every distance to the point is then NaN: never a
+ * neighbour, and never saturated). |v| <= MAX is false for +-inf and NaN. Branch-free, so
+ * that copy loops vectorise. pcops_dist2_checked_SUF(a, b): the rule for one pair, looking at
+ * the coordinates (a non-finite point keeps IEEE's +inf or NaN). */
+#define PCOPS_DEFINE_STAGED(SUF, T)                                                            \
+    PCOPS_HD T pcops_staged_x_##SUF(T x, T y, T z) {                                           \
+        const T ax = x < 0 ? -x : x, ay = y < 0 ? -y : y, az = z < 0 ? -z : z;                 \
+        return (ax <= PCOPS_DIST2_MAX_##SUF) & (ay <= PCOPS_DIST2_MAX_##SUF) &                 \
+                       (az <= PCOPS_DIST2_MAX_##SUF)                                           \
+                   ? x                                                                         \
+                   : (T)NAN;                                                                   \
+    }                                                                                          \
+    PCOPS_HD T pcops_dist2_checked_##SUF(T ax, T ay, T az, T bx, T by, T bz) {                 \
+        const T d = pcops_dist2_##SUF(ax, ay, az, bx, by, bz);                                 \
+        const int finite = pcops_staged_x_##SUF(ax, ay, az) == ax &&                           \
+                           pcops_staged_x_##SUF(bx, by, bz) == bx;                             \
+        return finite ? pcops_dist2_sat_##SUF(d) : d;                                          \
+    }                                                                                          \
+    /* The pruning limit of a selection whose current k-th distance is th: a lower bound   */  \
+    /* above it rules a ref out, except when th is the saturated maximum, which a ref of   */  \
+    /* lower index at any larger true distance still ties (then +inf: nothing is pruned).  */  \
+    PCOPS_HD double pcops_prune_limit_##SUF(T th) {                                            \
+        return th < PCOPS_DIST2_MAX_##SUF ? (double)th : (double)INFINITY;                     \
+    }
+#if defined(__CUDA_ARCH__)
+/* device, float64: on the high words only (32-bit operations; the compares and the 64-bit
+ * select of the generic form cost registers): a non-finite coordinate has the exponent all
+ * ones, and setting the top mantissa bit of x's makes it a NaN */
+#define pcops_staged_x_f64 pcops_staged_x_f64_generic
+#endif
+PCOPS_DEFINE_STAGED(f32, float)
+PCOPS_DEFINE_STAGED(f64, double)
+#undef PCOPS_DEFINE_STAGED
+#if defined(__CUDA_ARCH__)
+#undef pcops_staged_x_f64
+PCOPS_HD double pcops_staged_x_f64(double x, double y, double z) {
+    const int e = 0x7ff00000, hx = __double2hiint(x);
+    const int bad =
+        ((hx & e) == e) | ((__double2hiint(y) & e) == e) | ((__double2hiint(z) & e) == e);
+    return __hiloint2double(hx | (bad ? 0x7ff80000 : 0), __double2loint(x));
+}
+#endif
 
 /* ------------------------------------------------------------------------------------------
  * 3. The key (dist2, idx): ordered by dist2, ties to the lower idx. Selection (kNN, FPS's

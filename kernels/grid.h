@@ -193,6 +193,12 @@ PCOPS_HD double pcops_grid_ring_bound(const pcops_grid* g, const double q[3], co
     return best == INFINITY ? INFINITY : best * best * PCOPS_GRID_SHRINK;
 }
 
+/* The limit of a ball query's cell bounds (a cell is skipped when its bound >= the limit): r2,
+ * or NaN, which no bound reaches, when radius**2 overflowed to +inf. Then every ref with finite
+ * coordinates is inside (its squared distance saturates below +inf, geometry.h), also where
+ * the bound itself overflows to +inf. */
+PCOPS_HD double pcops_grid_ball_limit(double r2) { return r2 < INFINITY ? r2 : NAN; }
+
 /* Largest ring around cell c that still holds cells of the grid. */
 PCOPS_HD int32_t pcops_grid_max_ring(const pcops_grid* g, const int32_t c[3]) {
     int32_t r = 0;

@@ -279,11 +279,17 @@ static int knn_wide_list(void) {
 #define knn_below_mask_f32w knn_below_mask_f32
 #define knn_next_up_f32w knn_next_up_f32
 #define pcops_dist2_f32w pcops_dist2_f32
+#define pcops_prune_limit_f32w pcops_prune_limit_f32
+#define pcops_dist2_sat_f32w pcops_dist2_sat_f32
+#define pcops_staged_x_f32w pcops_staged_x_f32
 #include "grid_cpu.inc"
 #include "knn_cpu.inc"
 #undef knn_below_mask_f32w
 #undef knn_next_up_f32w
 #undef pcops_dist2_f32w
+#undef pcops_prune_limit_f32w
+#undef pcops_dist2_sat_f32w
+#undef pcops_staged_x_f32w
 #undef FN
 #undef KNN_VW
 #undef KNN_VT

@@ -8,8 +8,9 @@
  *   dist2[b,m,s] = |query[b,m] - ref[b, idx[b,m,s]]|^2, 0 where idx lies outside [0, N)
  *
  * The distance is geometry.h's pcops_dist2 (no FMA contraction), the one every search of pcops
- * uses, so dist2 of a kNN's neighbours equals the kNN's own dist2 bit for bit, on the CPU and
- * on CUDA (neighbor_dist2.cu).
+ * uses, with its overflow rule (pcops_dist2_checked: an overflow between finite points is the
+ * max, a non-finite point gives +inf or NaN), so dist2 of a kNN's neighbours equals the kNN's
+ * own dist2 bit for bit, on the CPU and on CUDA (neighbor_dist2.cu).
  *
  * pcops_neighbor_dist2_count_cpu is the same pass over a ball query's int64 idx and count (the
  * second half of ball_query_dist2): slots s >= count[b,m] are emptied, idx -1 (written in place)
@@ -48,7 +49,7 @@
                     continue;                                                                  \
                 }                                                                              \
                 const T* rp = rb + n * 3;                                                      \
-                o[i] = pcops_dist2_##SUF(qp[0], qp[1], qp[2], rp[0], rp[1], rp[2]);            \
+                o[i] = pcops_dist2_checked_##SUF(qp[0], qp[1], qp[2], rp[0], rp[1], rp[2]);    \
             }                                                                                  \
         }                                                                                      \
     } while (0)

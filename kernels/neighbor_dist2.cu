@@ -24,11 +24,11 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float dist2_of(float ax, float ay, float az, float bx, float by,
                                           float bz) {
-    return pcops_dist2_f32(ax, ay, az, bx, by, bz);
+    return pcops_dist2_checked_f32(ax, ay, az, bx, by, bz);
 }
 __device__ __forceinline__ double dist2_of(double ax, double ay, double az, double bx,
                                            double by, double bz) {
-    return pcops_dist2_f64(ax, ay, az, bx, by, bz);
+    return pcops_dist2_checked_f64(ax, ay, az, bx, by, bz);
 }
 
 // count == NULL: neighbor_dist2. count given (the _count launcher; then idx_w is idx): slots

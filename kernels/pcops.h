@@ -97,7 +97,9 @@ const pcops_path_info* pcops_path_table(const char* op, int* count);
  * L = min(max(lengths[b], 0), N) (N when lengths is NULL); sample j is the point with the
  * largest temp, ties to the lower index. dist2[b,j] is that largest temp when sample j was
  * chosen (0 for sample 0): the coverage radius curve. Slots j >= min(npoint, L) get idx -1
- * and dist2 0. dtype: FLOAT32 or FLOAT64.
+ * and dist2 0. dtype: FLOAT32 or FLOAT64. Squared distances that overflow between finite
+ * points saturate at FLT_MAX / DBL_MAX (geometry.h), so temps and dist2 of a cloud of finite
+ * points are finite from sample 1 on; a point with a non-finite coordinate keeps temp +inf.
  * ---------------------------------------------------------------------------------------- */
 
 /* The FPS paths: kernels/fps_paths.h (the table), kernels/README.md (what each does and when
@@ -126,8 +128,10 @@ pcops_status pcops_fps_cpu_path(pcops_dtype dtype, const void* xyz, const int64_
  *
  * For each valid query (m < query_lengths[b]) the K nearest valid refs (n < ref_lengths[b]),
  * sorted by (dist2, idx) ascending. Slots past the number of valid refs, and every slot of an
- * invalid query, hold idx -1 and dist2 +inf. A ref whose squared distance is not below +inf
- * (overflow to inf, or NaN from non-finite coordinates) is never a neighbour. Ties go to the
+ * invalid query, hold idx -1 and dist2 +inf. Two points with finite coordinates have a
+ * finite squared distance: an overflow saturates at FLT_MAX / DBL_MAX (geometry.h), so such
+ * refs are neighbours, tied at the maximum in index order. A ref with a non-finite coordinate
+ * (squared distance +inf or NaN) is never a neighbour. Ties go to the
  * lower index: the result is exactly the K smallest keys (dist2, idx), so the CPU and CUDA
  * return the same indices. dtype: FLOAT32 or FLOAT64. No cap on K.
  * ---------------------------------------------------------------------------------------- */
@@ -187,8 +191,10 @@ pcops_status pcops_knn_nd_cpu(pcops_dtype dtype, const void* query, const void* 
  *   query[B,M,3], ref[B,N,3], lengths? -> idx[B,M,S] (int64), count[B,M] (int64)
  *
  * The first S valid refs in index order with squared distance < radius2 (compared in dtype:
- * (T)radius2). Empty slots repeat the first neighbour found; a query with no neighbour (or an
- * invalid query) gets -1 everywhere and count 0. count is the number found, capped at S.
+ * (T)radius2; an overflow between finite points saturates at FLT_MAX / DBL_MAX, geometry.h,
+ * so it is inside only when (T)radius2 itself is +inf; a non-finite ref never is). Empty
+ * slots repeat the first neighbour found; a query with no neighbour (or an invalid query) gets
+ * -1 everywhere and count 0. count is the number found, capped at S.
  * dtype: FLOAT32 or FLOAT64.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_ball_query_cpu(pcops_dtype dtype, const void* query, const void* ref,
@@ -301,8 +307,9 @@ pcops_status pcops_interpolate_cpu(pcops_dtype dtype, const void* features, cons
  *   query[B,M,3], ref[B,N,3], idx[B,M,S] (int64 or int32: idx_dtype) -> dist2[B,M,S],
  *   dist2[b,m,s] = |query[b,m] - ref[b, idx[b,m,s]]|^2, 0 where idx lies outside [0, N)
  *
- * The distance of the searches (geometry.h's pcops_dist2), so a kNN's or ball query's
- * neighbours get their search distances bit for bit. dtype: FLOAT32 or FLOAT64 (query, ref
+ * The distance of the searches (geometry.h's pcops_dist2, with its overflow rule: an overflow
+ * between finite points is FLT_MAX / DBL_MAX), so a kNN's or ball query's neighbours get their
+ * search distances bit for bit. dtype: FLOAT32 or FLOAT64 (query, ref
  * and dist2 share it). The backward is composed by the caller from group / group_backward.
  * ---------------------------------------------------------------------------------------- */
 pcops_status pcops_neighbor_dist2_cpu(pcops_dtype dtype, const void* query, const void* ref,

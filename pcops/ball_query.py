@@ -38,7 +38,11 @@ def ball_query(
             float32), on the CPU or CUDA; need not be contiguous.
         ref: ``[B, N, 3]`` points, same dtype and device as ``query``.
         radius: finite and ``> 0``. The test is ``d < radius**2`` with ``radius**2`` computed
-            in float64 and rounded once to the compute dtype.
+            in float64 and rounded once to the compute dtype. A squared distance that
+            overflows between finite points is the compute dtype's largest finite value (as in
+            :func:`pcops.knn`): outside any ball whose ``radius**2`` is finite in the compute
+            dtype, inside when ``radius**2`` itself overflows to +inf (then every ref with
+            finite coordinates is inside). Refs with a NaN or infinite coordinate never are.
         nsample: neighbours per query ``>= 1``.
         query_lengths: optional int64 ``[B]``: only the first ``query_lengths[b]`` queries of
             cloud ``b`` are valid (the others get -1 and count 0).

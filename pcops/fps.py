@@ -25,7 +25,10 @@ def furthest_point_sample(
     samples chosen so far (ties go to the lower index). A chosen point is never chosen again, so
     the indices of a row are unique whenever ``npoint <= lengths[b]``, also for clouds with
     duplicate points. Distances start at +inf, so clouds far from the origin (UTM coordinates)
-    sample exactly as they do near it.
+    sample exactly as they do near it. A squared distance that overflows between finite points
+    is the compute dtype's largest finite value (as in :func:`pcops.knn`; a float16 / bfloat16
+    ``dist2`` is capped at its type's largest finite value), so the coverage curve stays finite
+    and points at the maximum tie, to the lower index.
 
     Args:
         xyz: ``[B, N, 3]`` points, float32/float64/float16/bfloat16 (half types compute in

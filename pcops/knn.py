@@ -27,9 +27,14 @@ def knn(
     ascending: ties go to the lower index, and the CPU and CUDA return the same indices. There
     is no cap on ``k``: slots past the number of valid refs hold index -1 and distance +inf.
     Squared distances are computed as ``dx*dx + dy*dy + dz*dz`` in the input's precision
-    (float32 for half types), with no FMA contraction; a ref whose distance is not finite is
-    never a neighbour. For D coordinates the sum runs over them in order, each product and sum
-    rounded on its own (for D = 3 the same bits).
+    (float32 for half types), with no FMA contraction. +inf means an empty slot only: where the
+    squared distance of two points with finite coordinates overflows, it is the largest finite
+    value of the compute dtype (and a float16 / bfloat16 ``dist2`` too large for its type is
+    that type's largest finite value), so with finite coordinates and ``k`` <= valid refs every
+    slot holds a neighbour; refs at the maximum tie and come in index order. A ref with a NaN or
+    infinite coordinate is never a neighbour. For D coordinates the sum runs over them in
+    order, each product and sum rounded on its own (for D = 3 the same bits); the L1 and cosine
+    metrics follow the same rule.
 
     Large 3-D clouds are searched through a uniform grid of the refs (CPU and CUDA), small ones
     by brute force; both return the same bits. Points of D != 3 coordinates, and the metrics

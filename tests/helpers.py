@@ -1,4 +1,5 @@
 """Input builders and comparisons shared by the op tests (and reused by the benchmarks)."""
+import numpy as np
 import torch
 
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -43,3 +44,27 @@ def assert_close(actual, expected, *, atol=0.0, rtol=0.0, what="values"):
 
 def assert_equal(actual, expected, *, what="values"):
     assert_close(actual, expected, what=what)
+
+
+def dist2_saturated(a, b):
+    """The contract's squared distance of every pair of rows of a [M, 3] and b [N, 3], in NumPy
+    in their own precision ((dx*dx + dy*dy) + dz*dz, each operation rounded once), with the
+    overflow rule of kernels/geometry.h: where the sum overflows between two points whose
+    coordinates are all finite, the dtype's largest finite value instead of +inf (+inf means an
+    empty slot); an infinite coordinate keeps +inf or NaN. Returns [M, N]."""
+    a, b = np.asarray(a), np.asarray(b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = a[:, None, :] - b[None, :, :]
+        d = (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
+    finite = np.isfinite(a).all(1)[:, None] & np.isfinite(b).all(1)[None, :]
+    return np.where((d == np.inf) & finite, np.finfo(d.dtype).max, d)
+
+
+def to_dist_dtype(d, dtype):
+    """A distance tensor (float32 / float64) as the ops return it in `dtype`: for float16 and
+    bfloat16, finite values above the type's largest finite value become that value (they
+    would round to +inf, which means an empty slot)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        top = torch.finfo(dtype).max
+        d = torch.where((d > top) & (d < float("inf")), torch.full_like(d, top), d)
+    return d.to(dtype)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pcops
-from helpers import FLOAT_DTYPES, assert_equal, clustered_points, rand_points, random_lengths
+from helpers import FLOAT_DTYPES, assert_equal, clustered_points, dist2_saturated, rand_points, random_lengths
 from pcops._paths import force
 
 bq_op = torch.ops.pcops.ball_query.default
@@ -30,8 +30,7 @@ def ball_query_reference(query, ref, radius, nsample, query_lengths=None, ref_le
     for b in range(B):
         Lq = M if query_lengths is None else int(query_lengths[b])
         Lr = N if ref_lengths is None else int(ref_lengths[b])
-        diff = ref[b, None, :Lr, :] - query[b, :Lq, None, :]  # [Lq, Lr, 3]
-        d = (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
+        d = dist2_saturated(query[b, :Lq], ref[b, :Lr])  # [Lq, Lr]; an overflow saturates
         for m in range(Lq):
             hits = np.nonzero(d[m] < r2)[0][:nsample]
             count[b, m] = len(hits)

@@ -5,7 +5,8 @@ import torch
 
 import fps_capacity
 import pcops
-from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, rand_points, random_lengths
+from helpers import (FLOAT_DTYPES, assert_close, assert_equal, clustered_points, dist2_saturated, rand_points,
+                     random_lengths)
 
 fps_op = torch.ops.pcops.furthest_point_sample.default
 from pcops._paths import PATHS, force, paths  # noqa: E402
@@ -24,7 +25,8 @@ def fps_path(xyz, npoint, lengths=None, start=None, *, path):
 def fps_reference(xyz, npoint, length=None, start=0):
     """Greedy FPS of one cloud written for clarity, in the array's own precision (float32 or
     float64) with the contract's formula: d = (dx*dx + dy*dy) + dz*dz, chosen points set to -1,
-    ties to the lowest index (np.argmax returns the first maximum)."""
+    ties to the lowest index (np.argmax returns the first maximum); an overflow saturates
+    (helpers.dist2_saturated)."""
     xyz = np.asarray(xyz)
     L = len(xyz) if length is None else int(length)
     idx = np.full(npoint, -1, dtype=np.int64)
@@ -38,8 +40,7 @@ def fps_reference(xyz, npoint, length=None, start=0):
     idx[0] = cur
     for j in range(1, n_out):
         temp[cur] = -1
-        diff = pts - pts[cur]
-        d = (diff[:, 0] * diff[:, 0] + diff[:, 1] * diff[:, 1]) + diff[:, 2] * diff[:, 2]
+        d = dist2_saturated(pts, pts[cur : cur + 1])[:, 0]
         temp = np.where(d < temp, d, temp)
         cur = int(np.argmax(temp))
         idx[j] = cur

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import pcops
-from helpers import FLOAT_DTYPES, assert_close, assert_equal, clustered_points, rand_points, random_lengths
+from helpers import (FLOAT_DTYPES, assert_close, assert_equal, clustered_points, dist2_saturated, rand_points,
+                     random_lengths)
 from pcops._paths import force
 
 knn_op = torch.ops.pcops.knn.default
@@ -20,9 +21,10 @@ BUCKET_KS = [1, 2, 4, 5, 8, 9, 16, 17, 31, 32, 33, 64, 65, 128, 200]
 
 def knn_reference(query, ref, k, q_len=None, r_len=None):
     """Brute-force kNN of one cloud, written for clarity, in the arrays' own precision (float32
-    or float64) with the contract's formula d = (dx*dx + dy*dy) + dz*dz. The candidates are the
-    valid refs with d < +inf, ordered by (d, index) through a stable argsort. Returns dist2
-    [M, k] and idx [M, k], with -1 / +inf in empty slots and in the rows of invalid queries."""
+    or float64) with the contract's formula d = (dx*dx + dy*dy) + dz*dz, an overflow between
+    finite points saturated (helpers.dist2_saturated). The candidates are the valid refs with
+    d < +inf, ordered by (d, index) through a stable argsort. Returns dist2 [M, k] and idx
+    [M, k], with -1 / +inf in empty slots and in the rows of invalid queries."""
     q, r = np.asarray(query), np.asarray(ref)
     M = len(q)
     Lq = M if q_len is None else int(q_len)
@@ -31,9 +33,7 @@ def knn_reference(query, ref, k, q_len=None, r_len=None):
     idx = np.full((M, k), -1, dtype=np.int64)
     if Lq == 0 or L == 0:
         return dist2, idx
-    with np.errstate(over="ignore", invalid="ignore"):  # non-finite inputs are tested too
-        diff = q[:Lq, None, :] - r[None, :L, :]  # [Lq, L, 3], q - r in the input precision
-        d = (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
+    d = dist2_saturated(q[:Lq], r[:L])  # [Lq, L]; non-finite inputs are tested too
     order = np.argsort(d, axis=1, kind="stable")  # ties in index order; NaN last
     for m in range(Lq):
         chosen = order[m][d[m, order[m]] < np.inf][:k]
@@ -250,7 +250,8 @@ def test_non_finite_points_are_never_neighbours(device):
     query = torch.tensor([[[0.1, 0, 0], [float("nan"), 0, 0], [float("inf"), 1, 1]]])
     dist2, idx = knn_op(query.to(device), ref.to(device), 5)
     check_against_reference(query, ref, 5, dist2, idx)
-    assert_equal(idx[0, 0], torch.tensor([0, 2, 4, -1, -1]))  # inf, nan, overflow skipped
+    assert_equal(idx[0, 0], torch.tensor([0, 2, 4, 5, -1]))  # inf, nan skipped; overflow saturates
+    assert dist2[0, 0, 3].item() == torch.finfo(torch.float32).max
     assert (idx[0, 1:] == -1).all(), "a NaN or inf query has no neighbours"
 
 
@@ -663,14 +664,15 @@ def test_cuda_warp_select_equals_brute(cuda, gen, N):
 
 
 def test_cuda_warp_select_identical_and_non_finite(cuda, gen):
-    """All refs identical (every key ties), and refs / queries with inf / nan: never neighbours,
-    the rows padded with (+inf, -1) past the finite ones."""
+    """All refs identical (every key ties), refs / queries with inf / nan: never neighbours,
+    the rows padded with (+inf, -1) past the finite ones; refs whose distance overflows: at
+    FLT_MAX, in index order."""
     B, M, N = 2, 40, 600
     ref = torch.full((B, N, 3), 0.25)
     ref[1] = rand_points(1, N, gen)[0]
     ref[1, ::7, 0] = float("inf")
     ref[1, 3::11, 1] = float("nan")
-    ref[1, 5::13, 2] = 3e38  # finite, but the squared distance overflows to +inf
+    ref[1, 5::13, 2] = 3e38  # finite: the squared distance saturates at FLT_MAX
     query = rand_points(B, M, gen)
     query[0, 3] = float("nan")
     query[1, 5, 2] = float("-inf")

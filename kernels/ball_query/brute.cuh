@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kThreads)
 ball_query_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                   const int64_t* __restrict__ query_lengths,
                   const int64_t* __restrict__ ref_lengths,
-                  int64_t M, int64_t N, T radius2, int64_t S, int64_t blocks_per_cloud,
+                  int64_t M, int64_t N, T lim, int64_t S, int64_t blocks_per_cloud,
                   int64_t num_blocks, int64_t* __restrict__ idx, int64_t* __restrict__ count) {
     __shared__ T tile_x[kThreads], tile_y[kThreads], tile_z[kThreads];
     const int lane = threadIdx.x & 31;
@@ -54,7 +54,7 @@ ball_query_kernel(const T* __restrict__ query, const T* __restrict__ ref,
         T qx = T(0), qy = T(0), qz = T(0);
         if (scanning) {
             const T* q = query + (b * M + m) * 3;
-            qx = q[0];
+            qx = staged_x(q[0], q[1], q[2]);  // NaN when not finite
             qy = q[1];
             qz = q[2];
         }
@@ -67,7 +67,8 @@ ball_query_kernel(const T* __restrict__ query, const T* __restrict__ ref,
             if (!__syncthreads_or(scanning)) break;
             const int64_t n = t0 + threadIdx.x;
             if (n < L_ref) {
-                tile_x[threadIdx.x] = cloud[3 * n + 0];
+                tile_x[threadIdx.x] = staged_x(cloud[3 * n + 0], cloud[3 * n + 1],
+                                               cloud[3 * n + 2]);  // NaN when not finite
                 tile_y[threadIdx.x] = cloud[3 * n + 1];
                 tile_z[threadIdx.x] = cloud[3 * n + 2];
             }
@@ -79,7 +80,7 @@ ball_query_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                 bool hit = false;
                 if (j < tile_len) {  // only entries written for this tile are read
                     const T d = dist2(tile_x[j], tile_y[j], tile_z[j], qx, qy, qz);
-                    hit = d < radius2;                         // NaN is never a neighbour
+                    hit = d <= lim;                            // NaN is never a neighbour
                 }
                 const unsigned ballot = __ballot_sync(kFullMask, hit);
                 if (ballot == 0u) continue;
@@ -115,8 +116,8 @@ cudaError_t launch_ball_query(const T* query, const T* ref, const int64_t* query
     const int64_t num_blocks = B * blocks_per_cloud;
     const unsigned grid = (unsigned)(num_blocks < INT_MAX ? num_blocks : INT_MAX);
     ball_query_kernel<T><<<grid, kThreads, 0, stream>>>(query, ref, query_lengths, ref_lengths,
-                                                        M, N, (T)radius2, S, blocks_per_cloud,
-                                                        num_blocks, idx, count);
+                                                        M, N, ball_limit((T)radius2), S,
+                                                        blocks_per_cloud, num_blocks, idx, count);
     return cudaGetLastError();
 }
 

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include <cmath>
+
 #include "../geometry.h"
 #include "../grid/common.cuh"
 #include "../pcops.h"
@@ -37,6 +39,26 @@ __device__ __forceinline__ float dist2(float ax, float ay, float az, float bx, f
 __device__ __forceinline__ double dist2(double ax, double ay, double az, double bx, double by,
                                         double bz) {
     return pcops_dist2_f64(ax, ay, az, bx, by, bz);
+}
+
+// A point's x as the searches stage it where they load it (geometry.h's overflow rule): NaN
+// when a coordinate is not finite, so that every distance to it is NaN, never inside.
+__device__ __forceinline__ float staged_x(float x, float y, float z) {
+    return pcops_staged_x_f32(x, y, z);
+}
+__device__ __forceinline__ double staged_x(double x, double y, double z) {
+    return pcops_staged_x_f64(x, y, z);
+}
+
+// The largest distance inside a ball of squared radius r2 (>= +0 or +inf): for a finite r2,
+// d < r2 is d <= ball_limit(r2) (the value below r2; -1 below +0), and the raw distance decides
+// as the saturated one would. For r2 = +inf (radius**2 overflowed) it is +inf, so that every
+// distance but NaN is inside: with the points staged, exactly the finite points, also those
+// whose distance overflowed (saturated, geometry.h). No distance is saturated on the way.
+// Computed by the launchers and passed to the kernels (a kernel argument costs no register).
+template <typename T>
+T ball_limit(T r2) {
+    return r2 == T(INFINITY) ? r2 : r2 > T(0) ? std::nextafter(r2, T(0)) : T(-1);
 }
 
 // ------------------------------------------------------------------------------------------

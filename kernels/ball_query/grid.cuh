@@ -119,10 +119,9 @@ struct HeapIndexList {
 template <typename T, typename List>
 __device__ __forceinline__ void ball_walk(const BallGridParams& p, int64_t b, const pcops_grid& g,
                                           const Point4<T>* __restrict__ pts, T qx, T qy, T qz,
-                                          T r2, List& list) {
+                                          T r2, double lim, T in, List& list) {
     const double q[3] = {qx, qy, qz};
     const double reach = sqrt((double)r2 / PCOPS_GRID_SHRINK) + g.margin;
-    const double lim = (double)r2;
     int32_t c0[3], c1[3];
     for (int a = 0; a < 3; ++a) {
         c0[a] = pcops_grid_coord(&g, a, q[a] - reach);
@@ -147,7 +146,7 @@ __device__ __forceinline__ void ball_walk(const BallGridParams& p, int64_t b, co
                 for (int32_t j = j0; j < j1; ++j) {
                     const int32_t n = p.ids[j];
                     if ((int64_t)n > list.top()) break;  // the rest of the cell is larger
-                    if (grid_dist2(qx, qy, qz, pts[j]) < r2) list.offer(n);
+                    if (grid_dist2(qx, qy, qz, pts[j]) <= in) list.offer(n);
                 }
                 j0 = j1;
             }
@@ -168,7 +167,8 @@ struct GridMinBlocks {
 template <typename T, int K>
 __global__ void __launch_bounds__(kThreads, GridMinBlocks<T, K>::value)
 ball_query_grid_kernel(const T* __restrict__ query, BallGridParams p,
-                       const Point4<T>* __restrict__ pts, T r2, int64_t* __restrict__ idx,
+                       const Point4<T>* __restrict__ pts, T r2, double lim, T in,
+                       int64_t* __restrict__ idx,
                        int64_t* __restrict__ count) {
     int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= p.B * p.M) return;
@@ -185,7 +185,7 @@ ball_query_grid_kernel(const T* __restrict__ query, BallGridParams p,
     if constexpr (K > 0) {
         IndexList<K> list;
         list.init(S);
-        if (active) ball_walk<T>(p, b, g, pts, qx, qy, qz, r2, list);
+        if (active) ball_walk<T>(p, b, g, pts, qx, qy, qz, r2, lim, in, list);
         int64_t first = -1;
 #pragma unroll
         for (int s = 0; s < K; ++s) {
@@ -198,7 +198,7 @@ ball_query_grid_kernel(const T* __restrict__ query, BallGridParams p,
         for (int64_t s = found; s < S; ++s) out[s] = first;
     } else {
         HeapIndexList list{out, S, 0, LLONG_MAX};
-        if (active) ball_walk<T>(p, b, g, pts, qx, qy, qz, r2, list);
+        if (active) ball_walk<T>(p, b, g, pts, qx, qy, qz, r2, lim, in, list);
         found = list.found;
         for (int64_t end = found - 1; end > 0; --end) {  // heapsort: ascending
             const int64_t n = out[end];
@@ -246,16 +246,25 @@ cudaError_t launch_ball_query_grid(const pcops_ball_query_cuda_plan& plan, const
     const unsigned g = (unsigned)blocks;
     const int64_t S = plan.S;
     const T r2 = (T)plan.radius2;
+    // the cells' limit (a cell is skipped when its bound >= lim: pcops_grid_ball_limit) and the
+    // refs' (d <= in: ball_limit), the overflow rule's, as kernel arguments
+    const double lim = pcops_grid_ball_limit((double)r2);
+    const T in = ball_limit(r2);
     if (S <= 8)
-        ball_query_grid_kernel<T, 8><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+        ball_query_grid_kernel<T, 8>
+            <<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, lim, in, idx, count);
     else if (S <= 16)
-        ball_query_grid_kernel<T, 16><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+        ball_query_grid_kernel<T, 16>
+            <<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, lim, in, idx, count);
     else if (S <= 32)
-        ball_query_grid_kernel<T, 32><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+        ball_query_grid_kernel<T, 32>
+            <<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, lim, in, idx, count);
     else if (S <= 64)
-        ball_query_grid_kernel<T, 64><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+        ball_query_grid_kernel<T, 64>
+            <<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, lim, in, idx, count);
     else
-        ball_query_grid_kernel<T, 0><<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, idx, count);
+        ball_query_grid_kernel<T, 0>
+            <<<g, kThreads, 0, stream>>>(query, p, s.pts, r2, lim, in, idx, count);
     return cudaGetLastError();
 }
 

@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(32 * kSplitMaxWarps)
 ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                         const int64_t* __restrict__ query_lengths,
                         const int64_t* __restrict__ ref_lengths,
-                        const int32_t* __restrict__ order, int M, int N, T radius2, int S,
+                        const int32_t* __restrict__ order, int M, int N, T radius2, T lim, int S,
                         int groups_per_cloud, int num_groups, int64_t* __restrict__ idx,
                         int64_t* __restrict__ count) {
     extern __shared__ __align__(16) unsigned char split_smem[];
@@ -161,7 +161,7 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
             nx[u] = ny[u] = nz[u] = inf;
             if (n < r_hi) {
                 const T* r = cloud + (int64_t)n * 3;
-                nx[u] = r[0];
+                nx[u] = staged_x(r[0], r[1], r[2]);  // NaN when not finite (geometry.h)
                 ny[u] = r[1];
                 nz[u] = r[2];
             }
@@ -190,8 +190,11 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
             if constexpr (sizeof(T) == 4) {
                 // d >= +0 or NaN (the GPU's NaN is 0x7fffffff) and 0 < radius2 <= +inf: as
                 // uint32 both lie in [0, 2^31), so the sign of the bits' difference is
-                // d < radius2 (false for NaN); a funnel shift appends it, ref j at bit 31 - j
-                const unsigned r2bits = __float_as_uint(radius2);
+                // d < radius2 (false for NaN); a funnel shift appends it, ref j at bit 31 - j.
+                // radius2 = +inf (radius**2 overflowed) counts as the bits above it, so that
+                // d = +inf (finite staged points whose distance overflowed) is inside, as the
+                // overflow rule says (ball_limit)
+                const unsigned r2bits = __float_as_uint(radius2) + (radius2 == T(INFINITY));
 #pragma unroll
                 for (int j = 0; j < 32; ++j) {
                     const Point4<T> p = stage[j];
@@ -204,7 +207,7 @@ ball_query_split_kernel(const T* __restrict__ query, const T* __restrict__ ref,
                 for (int j = 0; j < 32; ++j) {
                     const Point4<T> p = stage[j];
                     const T d = dist2(p.x, p.y, p.z, qx, qy, qz);
-                    mask |= (d < radius2 ? 1u : 0u) << j;  // NaN is never a neighbour
+                    mask |= (d <= lim ? 1u : 0u) << j;  // NaN is never a neighbour
                 }
             }
             if (done) mask = 0u;
@@ -466,8 +469,8 @@ cudaError_t launch_ball_query_split(const T* query, const T* ref, const int64_t*
         if (e != cudaSuccess) return e;
     }
     ball_query_split_kernel<T><<<(unsigned)num_groups, (unsigned)(32 * warps), smem, stream>>>(
-        query, ref, query_lengths, ref_lengths, order, (int)M, (int)N, (T)radius2, (int)S,
-        (int)groups_per_cloud, (int)num_groups, idx, count);
+        query, ref, query_lengths, ref_lengths, order, (int)M, (int)N, (T)radius2,
+        ball_limit((T)radius2), (int)S, (int)groups_per_cloud, (int)num_groups, idx, count);
     return cudaGetLastError();
 }
 

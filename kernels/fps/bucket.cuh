@@ -137,7 +137,7 @@ __global__ void bucket_gather_kernel(const T* __restrict__ xyz, int64_t B, int64
         const int64_t b = i / N;
         const int n = order[i];
         const T* p = xyz + (b * N + n) * 3;
-        pts[i] = {p[0], p[1], p[2], n};
+        pts[i] = {staged_x(p[0], p[1], p[2]), p[1], p[2], n};  // staged (common.cuh)
     }
 }
 

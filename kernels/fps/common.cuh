@@ -59,13 +59,24 @@ __device__ __forceinline__ Candidate<T> no_candidate() {
     return {T(-INFINITY), INT_MAX};
 }
 
+// The squared distance of geometry.h, saturated by its overflow rule: every point is staged
+// where it is loaded (staged_x: a non-finite one's x is NaN, so its distances are NaN and leave
+// temps unchanged), so an overflow between finite points gives the max, never +inf.
 __device__ __forceinline__ float fps_dist2(float x, float y, float z, float cx, float cy,
                                            float cz) {
-    return pcops_dist2_f32(x, y, z, cx, cy, cz);
+    return pcops_dist2_sat_f32(pcops_dist2_f32(x, y, z, cx, cy, cz));
 }
 __device__ __forceinline__ double fps_dist2(double x, double y, double z, double cx, double cy,
                                             double cz) {
-    return pcops_dist2_f64(x, y, z, cx, cy, cz);
+    return pcops_dist2_sat_f64(pcops_dist2_f64(x, y, z, cx, cy, cz));
+}
+
+// A point's x as it is staged (geometry.h): NaN when a coordinate is not finite.
+__device__ __forceinline__ float staged_x(float x, float y, float z) {
+    return pcops_staged_x_f32(x, y, z);
+}
+__device__ __forceinline__ double staged_x(double x, double y, double z) {
+    return pcops_staged_x_f64(x, y, z);
 }
 
 // The key order of kernels/geometry.h on (temp, -index): the larger temp, ties to the lower index.
@@ -111,6 +122,7 @@ struct RegisterPoints {
             x[p] = valid ? cloud[3 * (int64_t)n + 0] : T(0);
             y[p] = valid ? cloud[3 * (int64_t)n + 1] : T(0);
             z[p] = valid ? cloud[3 * (int64_t)n + 2] : T(0);
+            x[p] = staged_x(x[p], y[p], z[p]);
             temp[p] = valid ? T(INFINITY) : T(-INFINITY);  // padding slots never win
         }
     }
@@ -173,8 +185,8 @@ struct GlobalPoints {
         Candidate<T> best = no_candidate<T>();
         for (int n = first; n < end; n += stride) {
             T t = n == cur ? T(-1) : temp[n];
-            fps_visit(cloud[3 * (int64_t)n + 0], cloud[3 * (int64_t)n + 1],
-                      cloud[3 * (int64_t)n + 2], t, n, cx, cy, cz, best);
+            const T* q = cloud + 3 * (int64_t)n;
+            fps_visit(staged_x(q[0], q[1], q[2]), q[1], q[2], t, n, cx, cy, cz, best);
             temp[n] = t;
         }
         return best;
@@ -321,7 +333,7 @@ __device__ __forceinline__ void store_sample(bool on, int64_t* idx, double* dist
 }
 
 // Point n of a cloud by one 32 x 32 -> 64-bit multiply-add for its address (the index as a
-// 64-bit count of scalars took three dependent instructions before the loads).
+// 64-bit count of scalars took three dependent instructions before the loads), staged.
 template <typename T>
 struct PointXyz {
     T v[3];
@@ -332,13 +344,16 @@ __device__ __forceinline__ void load_point_at(const T* cloud, int n, T& x, T& y,
     x = __ldg(&p->v[0]);
     y = __ldg(&p->v[1]);
     z = __ldg(&p->v[2]);
+    x = staged_x(x, y, z);
 }
 
+// Point n of a cloud, staged.
 template <typename T>
 __device__ __forceinline__ void load_point(const T* cloud, int n, T& x, T& y, T& z) {
     x = __ldg(cloud + 3 * (int64_t)n + 0);
     y = __ldg(cloud + 3 * (int64_t)n + 1);
     z = __ldg(cloud + 3 * (int64_t)n + 2);
+    x = staged_x(x, y, z);
 }
 
 // Writes -1 / 0 to the slots [n_out, npoint) of one row, threads t0, t0 + step, ...

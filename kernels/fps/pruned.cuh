@@ -173,7 +173,7 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
         const uint32_t cell = pruned_cell(q[0], q[1], q[2], lo, inv);
         packed[i] = cell << 16 | atomicAdd(&counts[cell], 1u);
         if constexpr (!kSmem) {
-            xyz_s[i].x = q[0];
+            xyz_s[i].x = staged_x(q[0], q[1], q[2]);
             xyz_s[i].y = q[1];
             xyz_s[i].z = q[2];
         }
@@ -234,9 +234,9 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
 #pragma unroll
     for (int p = 0; p < PPT; ++p) {
         const bool valid = id[p] != INT_MAX;
-        const T px = valid ? row.cloud[3 * (int64_t)id[p] + 0] : T(0);
         const T py = valid ? row.cloud[3 * (int64_t)id[p] + 1] : T(0);
         const T pz = valid ? row.cloud[3 * (int64_t)id[p] + 2] : T(0);
+        const T px = staged_x(valid ? row.cloud[3 * (int64_t)id[p] + 0] : T(0), py, pz);
         if constexpr (kSmem) {
             spts[w * 32 * PPT + p * 32 + lane] =
                 make_float4(px, py, pz, __int_as_float(id[p]));
@@ -278,7 +278,8 @@ fps_pruned_kernel(const T* __restrict__ xyz, const int64_t* __restrict__ lengths
             cy = xyz_s[cur].y;
             cz = xyz_s[cur].z;
         }
-        // the sample's squared distance to the warp's box, as fps_dist2 rounds it
+        // the sample's squared distance to the warp's box, as fps_dist2 rounds (and saturates)
+        // it
         const T gx = fmax(fmax(wlo[0] - cx, cx - whi[0]), T(0));
         const T gy = fmax(fmax(wlo[1] - cy, cy - whi[1]), T(0));
         const T gz = fmax(fmax(wlo[2] - cz, cz - whi[2]), T(0));

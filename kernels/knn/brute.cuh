@@ -57,7 +57,7 @@ knn_registers_kernel(const T* __restrict__ query, const T* __restrict__ ref, Knn
     T qx = T(0), qy = T(0), qz = T(0);
     if (active) {
         const T* q = query + (b * p.M + m) * 3;
-        qx = q[0];
+        qx = staged_x(q[0], q[1], q[2]);
         qy = q[1];
         qz = q[2];
     }

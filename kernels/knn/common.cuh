@@ -31,15 +31,41 @@ constexpr int64_t kMaxRegisterK = 64;
 using pcops_grid_cuda::Point4;
 using pcops_grid_cuda::point_id;  // the ref index a grid build stored in a binned point's w slot
 
-// The squared distance of geometry.h (the one the CPU computes, bit for bit).
+// The squared distance of geometry.h (the one the CPU computes, bit for bit), saturated by its
+// overflow rule: the points were staged (load_tile, load_query, staged_x; the grids hold only
+// finite points), so a non-finite one gives NaN and an overflow between finite ones the max.
 __device__ __forceinline__ float squared_distance(float qx, float qy, float qz, const Point4<float>& r) {
-    return pcops_dist2_f32(qx, qy, qz, r.x, r.y, r.z);
+    return pcops_dist2_sat_f32(pcops_dist2_f32(qx, qy, qz, r.x, r.y, r.z));
 }
 
 __device__ __forceinline__ double squared_distance(double qx, double qy, double qz,
                                                    const Point4<double>& r) {
-    return pcops_dist2_f64(qx, qy, qz, r.x, r.y, r.z);
+    return pcops_dist2_sat_f64(pcops_dist2_f64(qx, qy, qz, r.x, r.y, r.z));
 }
+
+// The same for points known finite (the grids bin only finite refs and walk only finite
+// queries): no NaN to keep, so the saturation is a plain min.
+__device__ __forceinline__ float finite_distance(float qx, float qy, float qz,
+                                                 const Point4<float>& r) {
+    return fminf(pcops_dist2_f32(qx, qy, qz, r.x, r.y, r.z), PCOPS_DIST2_MAX_f32);
+}
+__device__ __forceinline__ double finite_distance(double qx, double qy, double qz,
+                                                  const Point4<double>& r) {
+    return fmin(pcops_dist2_f64(qx, qy, qz, r.x, r.y, r.z), PCOPS_DIST2_MAX_f64);
+}
+
+// A point's x as the searches stage it (geometry.h): NaN when a coordinate is not finite.
+__device__ __forceinline__ float staged_x(float x, float y, float z) {
+    return pcops_staged_x_f32(x, y, z);
+}
+__device__ __forceinline__ double staged_x(double x, double y, double z) {
+    return pcops_staged_x_f64(x, y, z);
+}
+
+// The pruning limit of a k-th distance th (geometry.h): th, or +inf once th has saturated at
+// the type's maximum, where a ref of lower index at any larger true distance still ties.
+__device__ __forceinline__ double prune_limit(float th) { return pcops_prune_limit_f32(th); }
+__device__ __forceinline__ double prune_limit(double th) { return pcops_prune_limit_f64(th); }
 
 // The sorted list of one thread in registers: d[0] <= d[1] <= ... <= d[K-1], ties in index
 // order. The first K - k slots hold -inf and never move; d[K-1] is the k-th distance.
@@ -98,27 +124,28 @@ struct KnnParams {
     int64_t query_blocks; // blocks per (cloud, range)
 };
 
-// Stages refs [t0, t0 + n) of a cloud into the shared tile (n <= kTile). Every thread of the
-// block calls it; the barriers around make the tile safe to overwrite and then to read.
+// Stages refs [t0, t0 + n) of a cloud into the shared tile (n <= kTile), a non-finite one with
+// x = NaN (staged_x). Every thread of the block calls it; the barriers around make the tile
+// safe to overwrite and then to read.
 template <typename T>
 __device__ __forceinline__ void load_tile(Point4<T>* tile, const T* __restrict__ cloud,
                                           int64_t t0, int n) {
     __syncthreads();  // everyone is done with the previous tile
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
         const T* p = cloud + (t0 + j) * 3;
-        tile[j] = Point4<T>{p[0], p[1], p[2], T(0)};
+        tile[j] = Point4<T>{staged_x(p[0], p[1], p[2]), p[1], p[2], T(0)};
     }
     __syncthreads();
 }
 
-// The coordinates of query row `row` (zeros for a thread without a valid query, which only
-// helps stage the tiles).
+// The coordinates of query row `row`, staged (staged_x; zeros for a thread without a valid
+// query, which only helps stage the tiles).
 template <typename T>
 __device__ __forceinline__ Point4<T> load_query(const T* query, int64_t row, bool active) {
     Point4<T> q{T(0), T(0), T(0), T(0)};
     if (active) {
         const T* p = query + row * 3;
-        q.x = p[0];
+        q.x = staged_x(p[0], p[1], p[2]);
         q.y = p[1];
         q.z = p[2];
     }

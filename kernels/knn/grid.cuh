@@ -156,12 +156,12 @@ __device__ __forceinline__ void scan_run(const Point4<T>* __restrict__ pts, int3
                                          int32_t end, T qx, T qy, T qz, List& list) {
     for (; j + 1 < end; j += 2) {
         const Point4<T> r0 = pts[j], r1 = pts[j + 1];
-        list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
-        list.offer(squared_distance(qx, qy, qz, r1), point_id(r1));
+        list.offer(finite_distance(qx, qy, qz, r0), point_id(r0));
+        list.offer(finite_distance(qx, qy, qz, r1), point_id(r1));
     }
     if (j < end) {
         const Point4<T> r0 = pts[j];
-        list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
+        list.offer(finite_distance(qx, qy, qz, r0), point_id(r0));
     }
 }
 
@@ -199,7 +199,7 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
             }
             const double gz = pcops_grid_axis_gap(&g, 2, q[2], cz, cz);
             const double bz = gz * gz;
-            if (list.full() && bz * PCOPS_GRID_SHRINK > (double)list.threshold()) continue;
+            if (list.full() && bz * PCOPS_GRID_SHRINK > prune_limit(list.threshold())) continue;
             for (int32_t cy = y0; cy <= y1; ++cy) {
                 const bool edge = zedge || cy == c[1] - r || cy == c[1] + r;
                 if (!edge && !xends) {
@@ -209,7 +209,8 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
                 }
                 const double gy = pcops_grid_axis_gap(&g, 1, q[1], cy, cy);
                 const double byz = bz + gy * gy;
-                if (list.full() && byz * PCOPS_GRID_SHRINK > (double)list.threshold()) continue;
+                if (list.full() && byz * PCOPS_GRID_SHRINK > prune_limit(list.threshold()))
+                    continue;
                 const int64_t row = ((int64_t)cz * dy + cy) * dx;
                 if (edge || r == 0) {
                     // every cell of the row is new: one contiguous run of sorted refs, less
@@ -218,7 +219,7 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
                     int32_t xa = x0, xb = x1;
                     if (list.full())
                         pcops_grid_cuda::trim_row<false>(&g, q[0], byz,
-                                                         (double)list.threshold(), xa, xb);
+                                                         prune_limit(list.threshold()), xa, xb);
                     if (xa <= xb) scan_run(pts, start[row + xa], start[row + xb + 1], qx, qy, qz, list);
                 } else {
                     // the row's two end cells, c - r and c + r
@@ -226,7 +227,7 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
                         if (cx < x0 || cx > x1) continue;
                         if (list.full()) {
                             const double gx = pcops_grid_axis_gap(&g, 0, q[0], cx, cx);
-                            if ((byz + gx * gx) * PCOPS_GRID_SHRINK > (double)list.threshold())
+                            if ((byz + gx * gx) * PCOPS_GRID_SHRINK > prune_limit(list.threshold()))
                                 continue;
                         }
                         scan_run(pts, start[row + cx], start[row + cx + 1], qx, qy, qz, list);
@@ -235,7 +236,8 @@ __device__ __forceinline__ void grid_walk(const GridParams& p, int64_t b, const 
             }
         }
         ring_done(list);
-        if (list.full() && (double)list.threshold() < pcops_grid_ring_bound(&g, q, c, r)) break;
+        if (list.full() && prune_limit(list.threshold()) < pcops_grid_ring_bound(&g, q, c, r))
+            break;
     }
 }
 

@@ -132,13 +132,13 @@ __device__ __forceinline__ void scan_run(const Point4<float>* __restrict__ pts, 
     for (; j + 1 < end; j += 2) {
         list.flush_together(2);
         const Point4<float> r0 = pts[j], r1 = pts[j + 1];
-        list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
-        list.offer(squared_distance(qx, qy, qz, r1), point_id(r1));
+        list.offer(finite_distance(qx, qy, qz, r0), point_id(r0));
+        list.offer(finite_distance(qx, qy, qz, r1), point_id(r1));
     }
     if (j < end) {
         list.flush_together(1);
         const Point4<float> r0 = pts[j];
-        list.offer(squared_distance(qx, qy, qz, r0), point_id(r0));
+        list.offer(finite_distance(qx, qy, qz, r0), point_id(r0));
     }
 }
 template <int K>

@@ -101,7 +101,7 @@ struct GridSelect {
             unsigned long long e = ~0ull;
             if (j + lane < j1) {
                 const Point4<float> r = pts[j + lane];
-                const float d = squared_distance(qx, qy, qz, r);
+                const float d = finite_distance(qx, qy, qz, r);
                 const uint32_t u = __float_as_uint(d);
                 if (u < 0x7f800000u)  // +inf and NaN are never neighbours
                     e = ((unsigned long long)u << 32) | (uint32_t)point_id(r);

@@ -257,7 +257,7 @@ knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict_
     int kk = 0;
     if (m < pcops_valid_length(p.query_lengths, b, p.M)) {
         const float* q = query + t * 3;
-        const float qx = q[0], qy = q[1], qz = q[2];
+        const float qx = staged_x(q[0], q[1], q[2]), qy = q[1], qz = q[2];
         const float* cloud = ref + b * p.N * 3;
         uint32_t key[R];
         int valid = 0;
@@ -266,8 +266,10 @@ knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict_
             const int64_t j = 32 * i + lane;
             key[i] = kSelectNever;
             if (j < L) {
-                const float d = pcops_dist2_f32(qx, qy, qz, cloud[3 * j], cloud[3 * j + 1],
-                                                cloud[3 * j + 2]);
+                // the ref staged as it is loaded (a non-finite one: NaN), the distance saturated
+                const float* r = cloud + 3 * j;
+                const float rx = staged_x(r[0], r[1], r[2]);
+                const float d = pcops_dist2_sat_f32(pcops_dist2_f32(qx, qy, qz, rx, r[1], r[2]));
                 const uint32_t u = __float_as_uint(d);
                 if (u < 0x7f800000u) key[i] = u;  // +inf and NaN are never neighbours
             }
