@@ -11,12 +11,17 @@
  * from slice to slice. Every ref's sum thus runs over d = 0 .. D-1 in order whatever D is, and
  * the stack holds at most one slice (32 KiB for float64) and the partial sums, for any D.
  *
+ * Distances follow geometry.h's overflow rule (knn_nd.h, knn_nd_ruled): a pair of finite
+ * points never gets +inf (an overflow saturates at the type's largest value), a point with a
+ * non-finite coordinate is never a neighbour. A query's finiteness is looked at once; a ref's
+ * once per tile for the cosine, and for L2 / L1 only where a sum is above the maximum.
+ *
  * After the last slice of a tile the query's distances go, in ref index order, into its
  * selection list, which lives in its output rows (no workspace): a sorted list with insertion
  * while at most KNN_ND_SORTED_MAX neighbours are kept, geometry.h's max-heap on (dist, idx)
  * above, heapsorted at the end. A ref enters only when its distance is strictly below the
- * current K-th (the list's last entry or the heap's root, +inf until full), so a distance of
- * +inf or NaN never enters and a later ref never displaces an equal earlier one: the result
+ * current K-th (the list's last entry or the heap's root, +inf until full), so a ruled-out
+ * ref (+inf) never enters and a later ref never displaces an equal earlier one: the result
  * is the K smallest keys (dist, idx), the CUDA kernel's.
  *
  * Work sharing: OpenMP over (cloud, block of queries), schedule(dynamic); every thread runs its
@@ -55,15 +60,19 @@ static int64_t knn_nd_query_block(int64_t B, int64_t M) {
 }
 
 #define T float
+#define TMAX PCOPS_DIST2_MAX_f32
 #define FN(name) name##_f32
 #include "knn_nd_cpu.inc"
 #undef T
+#undef TMAX
 #undef FN
 
 #define T double
+#define TMAX PCOPS_DIST2_MAX_f64
 #define FN(name) name##_f64
 #include "knn_nd_cpu.inc"
 #undef T
+#undef TMAX
 #undef FN
 
 pcops_status pcops_knn_nd_cpu(pcops_dtype dtype, const void* query, const void* ref,

@@ -9,7 +9,8 @@
  * query's selection list lives in its output rows in global memory, as on the CPU: a sorted
  * list while at most KNN_ND_SORTED_MAX neighbours are kept, geometry.h's max-heap above,
  * heapsorted at the end; a ref enters only when strictly below the current K-th distance, so
- * +inf / NaN never enter and ties go to the lower index. It wins nothing but correctness: the
+ * ruled-out refs (+inf) never enter and ties go to the lower index. Distances follow
+ * geometry.h's overflow rule as on the CPU (knn_nd.h, knn_nd_ruled). It wins nothing but correctness: the
  * fast path for feature spaces (a tensor-core shortlist re-ranked with these distances) is
  * planned in kernels/README.md, "kNN in any dimension".
  */
@@ -42,6 +43,13 @@ struct Steps<float> {
     static __device__ __forceinline__ float cosine(float dot, float na, float nb) {
         return knn_nd_cosine_f32(dot, na, nb);
     }
+    static __device__ __forceinline__ bool within(float d) { return d <= PCOPS_DIST2_MAX_f32; }
+    static __device__ __forceinline__ int finite(const float* p, int64_t D) {
+        return knn_nd_finite_f32(p, D);
+    }
+    static __device__ __forceinline__ float ruled(float d, int finite) {
+        return knn_nd_ruled_f32(d, finite);
+    }
     static __device__ __forceinline__ void sorted_insert(float* d, int64_t* i, int64_t cap,
                                                          float dn, int64_t n) {
         pcops_sorted_insert_f32(d, i, cap, dn, n);
@@ -67,6 +75,13 @@ struct Steps<double> {
     }
     static __device__ __forceinline__ double cosine(double dot, double na, double nb) {
         return knn_nd_cosine_f64(dot, na, nb);
+    }
+    static __device__ __forceinline__ bool within(double d) { return d <= PCOPS_DIST2_MAX_f64; }
+    static __device__ __forceinline__ int finite(const double* p, int64_t D) {
+        return knn_nd_finite_f64(p, D);
+    }
+    static __device__ __forceinline__ double ruled(double d, int finite) {
+        return knn_nd_ruled_f64(d, finite);
     }
     static __device__ __forceinline__ void sorted_insert(double* d, int64_t* i, int64_t cap,
                                                          double dn, int64_t n) {
@@ -126,6 +141,7 @@ __global__ void knn_nd_kernel(const T* __restrict__ query, const T* __restrict__
         if (m >= pcops_valid_length(query_lengths, b, M) || cap == 0) continue;
         const T* q = query + t * D;
         const T* cloud = ref + b * N * D;
+        const int q_finite = S::finite(q, D);
         T qn = 0;
         if (metric == PCOPS_KNN_COSINE)
             for (int64_t d = 0; d < D; ++d) qn = S::dot(qn, q[d], q[d]);
@@ -133,8 +149,12 @@ __global__ void knn_nd_kernel(const T* __restrict__ query, const T* __restrict__
         int64_t count = 0;
         T th = (T)INFINITY;
         for (int64_t n = 0; n < L; ++n) {
-            const T dn = nd_distance<T>(q, cloud + n * D, D, metric, qn);
-            if (!(dn < th)) continue;  // +inf and NaN never enter
+            const T* r = cloud + n * D;
+            T dn = nd_distance<T>(q, r, D, metric, qn);
+            // the overflow rule (knn_nd.h): the points' finiteness only where it can matter
+            if (metric == PCOPS_KNN_COSINE || !S::within(dn))
+                dn = S::ruled(dn, q_finite && S::finite(r, D));
+            if (!(dn < th)) continue;  // +inf (empty, or a point that is not finite)
             if (!use_heap) {
                 S::sorted_insert(qd, qi, cap, dn, n);
                 th = qd[cap - 1];

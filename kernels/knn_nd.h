@@ -73,4 +73,32 @@ PCOPS_HD double knn_nd_cosine_f64(double dot, double na, double nb) {
 }
 #endif
 
+/* The overflow rule of kernels/geometry.h for D coordinates: +inf means an empty slot, so a
+ * pair of points whose coordinates are all finite never gets it (nor NaN): where its distance
+ * is not <= the type's largest finite value MAX (an L2 / L1 sum that overflows; a cosine whose
+ * norms overflow, giving NaN), it is MAX, where such refs tie in index order. A point with a
+ * non-finite coordinate is never a neighbour. Its L2 / L1 distances are +inf or NaN already,
+ * so those metrics look at the coordinates only for the rare distances that are not <= MAX;
+ * its cosine ones may be finite (1 - dot / inf), so the cosine looks at every pair's flags.
+ *   knn_nd_finite_SUF(p, D): every coordinate of p finite.
+ *   knn_nd_ruled_SUF(d, finite): the distance d of a pair as the searches report it, given
+ *   whether both points are finite: +inf (rejected by every `d < threshold`) for a pair that
+ *   is not, d saturated at MAX for one that is. */
+#define PCOPS_DEFINE_KNN_ND_RULE(SUF, T)                                                       \
+    PCOPS_HD int knn_nd_finite_##SUF(const T* p, int64_t D) {                                  \
+        int finite = 1;                                                                        \
+        for (int64_t d = 0; d < D; ++d) {                                                      \
+            const T a = p[d] < 0 ? -p[d] : p[d];                                               \
+            finite &= a <= PCOPS_DIST2_MAX_##SUF;                                              \
+        }                                                                                      \
+        return finite;                                                                         \
+    }                                                                                          \
+    PCOPS_HD T knn_nd_ruled_##SUF(T d, int finite) {                                           \
+        if (!finite) return (T)INFINITY;                                                       \
+        return d <= PCOPS_DIST2_MAX_##SUF ? d : PCOPS_DIST2_MAX_##SUF;                         \
+    }
+PCOPS_DEFINE_KNN_ND_RULE(f32, float)
+PCOPS_DEFINE_KNN_ND_RULE(f64, double)
+#undef PCOPS_DEFINE_KNN_ND_RULE
+
 #endif /* PCOPS_KNN_ND_H */

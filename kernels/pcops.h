@@ -171,6 +171,9 @@ pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void
  *   L1:     sum over d of |a_d - b_d|, sequentially;
  *   COSINE: max(0, 1 - dot / (sqrt(|a|^2) * sqrt(|b|^2))), the three sums sequential, each
  *           operation rounded; 1 when either norm is 0.
+ * geometry.h's overflow rule holds for every metric: a pair of finite points never gets +inf
+ * (a distance that overflows, or a NaN cosine, is FLT_MAX / DBL_MAX), a point with a
+ * non-finite coordinate is never a neighbour (knn_nd.h).
  * One path (brute force); pcops.knn takes it for D != 3 and for metrics other than L2 (the
  * 3-D L2 search keeps the paths of pcops_knn_cpu_path / pcops_knn_cuda_run).
  * ---------------------------------------------------------------------------------------- */

@@ -28,7 +28,17 @@ def features(B, N, D, gen, dtype=torch.float32, device="cpu"):
 def ordered_distances(q, r, metric):
     """[Lq, L] distances in the arrays' precision, summed over d = 0 .. D-1 in order from +0,
     each product and sum rounded on its own (NumPy never fuses): the kernels' order
-    (kernels/knn_nd.h)."""
+    (kernels/knn_nd.h); with the overflow rule: a pair of finite points never gets +inf or NaN
+    (the type's largest value instead), a point with a non-finite coordinate always +inf."""
+    d = _raw_distances(q, r, metric)
+    big = np.finfo(q.dtype).max
+    finite = np.isfinite(q).all(1)[:, None] & np.isfinite(r).all(1)[None, :]
+    with np.errstate(invalid="ignore"):
+        d = np.where(finite & ~(d <= big), big, d)
+    return np.where(finite, d, np.inf).astype(q.dtype)
+
+
+def _raw_distances(q, r, metric):
     dt = q.dtype.type
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         diff = q[:, None, :] - r[None, :, :]
@@ -159,16 +169,17 @@ def test_non_finite_refs_are_never_neighbours(gen, metric):
     ref = features(1, 30, 5, gen)
     ref[0, 3, 2] = float("nan")
     ref[0, 7, 0] = float("inf")
-    # l2 / l1 sums overflow to +inf: never a neighbour (cosine: |b| = inf, a finite dot
-    # product, a distance of 1, the value the reference computes too)
-    ref[0, 11] = 3e38
+    ref[0, 11] = 3e38  # finite: l2 / l1 sums overflow, and saturate at the float32 maximum
+    ref[0, 12] = 3e38
     dist, idx = pcops.knn(query, ref, 30, metric=metric)
     check_bitwise(query, ref, 30, dist, idx, metric)
-    bad = (3, 7) if metric == "cosine" else (3, 7, 11)
-    for b in bad:
+    for b in (3, 7):
         assert not (idx == b).any()
-    n = len(bad)
-    assert (idx[..., -n:] == -1).all() and torch.isinf(dist[..., -n:]).all()
+    assert (idx[..., -2:] == -1).all() and torch.isinf(dist[..., -2:]).all()
+    assert torch.isfinite(dist[..., :-2]).all()
+    if metric != "cosine":  # 11 and 12 tie at the maximum, in index order, last
+        assert (idx[..., -4:-2] == torch.tensor([11, 12])).all()
+        assert (dist[..., -4:-2] == torch.finfo(torch.float32).max).all()
 
 
 def test_unbatched_and_half_inputs(gen):
@@ -183,6 +194,17 @@ def test_unbatched_and_half_inputs(gen):
     assert dh.dtype == torch.float16
     assert_equal(ih, i_f)
     assert_equal(dh, df.half())
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_overflow_rule_half_output(gen, metric):
+    # finite float16 points whose distance exceeds the float16 maximum: that maximum, not +inf
+    query = (features(1, 6, 4, gen) * 200).half()
+    ref = (features(1, 9, 4, gen) * 200).half()
+    dist, idx = pcops.knn(query, ref, 9, metric=metric)
+    assert dist.dtype == torch.float16 and torch.isfinite(dist).all()
+    df, i_f = pcops.knn(query.float(), ref.float(), 9, metric=metric)
+    assert_equal(idx, i_f)
 
 
 def test_cosine_zero_vectors(gen):
