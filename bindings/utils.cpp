@@ -165,9 +165,17 @@ void check_output_elements(const char* op, const char* name, at::IntArrayRef sha
 QueryRef check_query_ref(const char* op, const at::Tensor& query, const at::Tensor& ref,
                          const std::optional<at::Tensor>& query_lengths,
                          const std::optional<at::Tensor>& ref_lengths, const char* query_name,
-                         const char* ref_name) {
-    check_float_tensor(op, query_name, query, 3, 3, "[B, M, 3]");
-    check_float_tensor(op, ref_name, ref, 3, 3, "[B, N, 3]");
+                         const char* ref_name, bool any_dim) {
+    if (any_dim) {
+        check_float_tensor(op, query_name, query, 3, -1, "[B, M, D] with D >= 1");
+        check_float_tensor(op, ref_name, ref, 3, -1, "[B, N, D] with D >= 1");
+        TORCH_CHECK_VALUE(query.size(2) >= 1, "pcops.", op, ": argument '", query_name,
+                          "' must be a tensor of shape [B, M, D] with D >= 1, got ",
+                          describe(query));
+    } else {
+        check_float_tensor(op, query_name, query, 3, 3, "[B, M, 3]");
+        check_float_tensor(op, ref_name, ref, 3, 3, "[B, N, 3]");
+    }
     check_same_device(op, ref_name, ref, query_name, query);
     TORCH_CHECK_TYPE(ref.scalar_type() == query.scalar_type(), "pcops.", op, ": argument '",
                      ref_name, "' must have the dtype of '", query_name, "' (",
@@ -175,6 +183,10 @@ QueryRef check_query_ref(const char* op, const at::Tensor& query, const at::Tens
     if (ref.size(0) != query.size(0)) {  // the message is built only on failure
         const std::string batch_of = std::string("the batch size B of '") + query_name + "'";
         check_size(op, ref_name, ref, 0, query.size(0), batch_of.c_str());
+    }
+    if (any_dim && ref.size(2) != query.size(2)) {
+        const std::string dim_of = std::string("the point dimension D of '") + query_name + "'";
+        check_size(op, ref_name, ref, 2, query.size(2), dim_of.c_str());
     }
     QueryRef q;
     q.B = query.size(0);
