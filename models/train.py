@@ -81,8 +81,9 @@ PRESETS = {
     # authors' reference code): SGD lr 0.1, momentum 0.9 (not Nesterov), weight decay 1e-4,
     # cosine annealing to 0.001 over 250 epochs, batch 32, head dropout 0.5, k = 20, label
     # smoothing 0.2, anisotropic scale in [2/3, 3/2] and shift 0.2 (no jitter, no rotation),
-    # the points in a random order every epoch. Two departures, both forced or harmless: 736
-    # points per shape (all the npz stores; the paper samples 1024), and bf16 autocast on CUDA.
+    # the points in a new random order each time a shape is drawn. Departures: 736 points per
+    # shape (all the npz stores; the paper samples 1024), and bf16 autocast on CUDA (the
+    # reference code runs in float32).
     # Not yet measured on a GPU (models/README.md, "DGCNN").
     "modelnet40-dgcnn": dict(
         data=_default_npz(), model="dgcnn", k=20, knn_backend="pcops", points=736, epochs=250,
