@@ -15,28 +15,56 @@ std::string sizes_of(int64_t B, int64_t M, int64_t N, int64_t k) {
            std::to_string(N) + ", k = " + std::to_string(k);
 }
 
+// The metric named by the schema's string argument.
+pcops_knn_metric metric_of(const std::string& metric) {
+    if (metric == "l2") return PCOPS_KNN_L2;
+    if (metric == "l1") return PCOPS_KNN_L1;
+    if (metric == "cosine") return PCOPS_KNN_COSINE;
+    PCOPS_CHECK_VALUE(false, "pcops.", kOp,
+                      ": argument 'metric' must be 'l2', 'l1' or 'cosine', got '", metric, "'");
+    return PCOPS_KNN_L2;
+}
+
+// Points of D != 3 coordinates, and the metrics other than L2, take the kernels of any
+// dimension (kernels/knn_nd.c, knn_nd.cu): one path, the brute force. The 3-D L2 search keeps
+// its paths. A forced path other than AUTO / BRUTE cannot take such inputs.
+void check_nd_path(const char* forced, int64_t path, int64_t B, int64_t M, int64_t N, int64_t k,
+                   int64_t D) {
+    if (forced != nullptr && path != PCOPS_KNN_BRUTE)
+        forced_path_refused(kPathOp, forced,
+                            sizes_of(B, M, N, k) + ", D = " + std::to_string(D) +
+                                " (points of D != 3, or a metric other than l2, take the "
+                                "brute force only)");
+}
+
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct KnnCall {
-    Tensor query;  // [B,M,3], float32 or float64 (half types upcast)
-    Tensor ref;    // [B,N,3], same dtype as query
+    Tensor query;  // [B,M,D], float32 or float64 (half types upcast), contiguous
+    Tensor ref;    // [B,N,D], same dtype as query, contiguous
     std::optional<Tensor> query_lengths;
     std::optional<Tensor> ref_lengths;
     Tensor dist2;  // [B,M,k], in the compute dtype
     Tensor idx;    // [B,M,k] int64
-    int64_t B, M, N, k;
+    int64_t B, M, N, D, k;
+    pcops_knn_metric metric;
+    bool nd;  // D != 3 or a metric other than L2: the kernels of any dimension
 };
 
 KnnCall prepare(const Tensor& query, const Tensor& ref, int64_t k,
                 const std::optional<Tensor>& query_lengths,
-                const std::optional<Tensor>& ref_lengths) {
-    QueryRef q = check_query_ref(kOp, query, ref, query_lengths, ref_lengths);
+                const std::optional<Tensor>& ref_lengths, const std::string& metric) {
+    QueryRef q = check_query_ref(kOp, query, ref, query_lengths, ref_lengths, "query", "ref",
+                                 /*any_dim=*/true);
     check_positive(kOp, "k", k);
     check_output_elements(kOp, "k", {q.B, q.M, k}, q.query.element_size() + 8, query);
     KnnCall c;
     c.B = q.B;
     c.M = q.M;
     c.N = q.N;
+    c.D = q.query.size(2);
     c.k = k;
+    c.metric = metric_of(metric);
+    c.nd = c.D != 3 || c.metric != PCOPS_KNN_L2;
     c.query_lengths = q.query_lengths;
     c.ref_lengths = q.ref_lengths;
     c.query = q.query;
@@ -46,13 +74,22 @@ KnnCall prepare(const Tensor& query, const Tensor& ref, int64_t k,
     return c;
 }
 
-std::tuple<Tensor, Tensor> knn_cpu(const Tensor& query, const Tensor& ref, int64_t k,
-                                   const std::optional<Tensor>& query_lengths,
-                                   const std::optional<Tensor>& ref_lengths, int64_t path) {
-    KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
+std::tuple<Tensor, Tensor> knn_cpu_metric(const Tensor& query, const Tensor& ref, int64_t k,
+                                          const std::optional<Tensor>& query_lengths,
+                                          const std::optional<Tensor>& ref_lengths, int64_t path,
+                                          const std::string& metric) {
+    KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths, metric);
     pcops_dtype dtype = to_pcops_dtype(dtype_of(c.query));
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, false, dtype);
+    if (c.nd) {
+        check_nd_path(forced, path, c.B, c.M, c.N, c.k, c.D);
+        check_status(kOp, pcops_knn_nd_cpu(dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                                           ptr_or_null(c.query_lengths),
+                                           ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.D, c.k,
+                                           c.metric, c.dist2.data_ptr(), data<int64_t>(c.idx)));
+        return {to_dist_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
+    }
     const pcops_knn_path v = (pcops_knn_path)path;
     const int64_t workspace_bytes =
         (int64_t)pcops_knn_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.k, v);
@@ -68,19 +105,27 @@ std::tuple<Tensor, Tensor> knn_cpu(const Tensor& query, const Tensor& ref, int64
     return {to_dist_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
 }
 
+std::tuple<Tensor, Tensor> knn_cpu(const Tensor& query, const Tensor& ref, int64_t k,
+                                   const std::optional<Tensor>& query_lengths,
+                                   const std::optional<Tensor>& ref_lengths, int64_t path) {
+    return knn_cpu_metric(query, ref, k, query_lengths, ref_lengths, path, "l2");
+}
+
 std::tuple<Tensor, Tensor> knn_cpu_auto(const Tensor& query, const Tensor& ref, int64_t k,
                                         const std::optional<Tensor>& query_lengths,
-                                        const std::optional<Tensor>& ref_lengths) {
-    return knn_cpu(query, ref, k, query_lengths, ref_lengths, PCOPS_KNN_AUTO);
+                                        const std::optional<Tensor>& ref_lengths,
+                                        const std::string& metric) {
+    return knn_cpu_metric(query, ref, k, query_lengths, ref_lengths, PCOPS_KNN_AUTO, metric);
 }
 
 #ifdef PCOPS_WITH_CUDA
-std::tuple<Tensor, Tensor> knn_cuda(const Tensor& query, const Tensor& ref, int64_t k,
-                                    const std::optional<Tensor>& query_lengths,
-                                    const std::optional<Tensor>& ref_lengths, int64_t path) {
+std::tuple<Tensor, Tensor> knn_cuda_metric(const Tensor& query, const Tensor& ref, int64_t k,
+                                           const std::optional<Tensor>& query_lengths,
+                                           const std::optional<Tensor>& ref_lengths,
+                                           int64_t path, const std::string& metric) {
     check_cuda_tensor(kOp, "query", query);
     DeviceGuard guard(query);
-    KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths);
+    KnnCall c = prepare(query, ref, k, query_lengths, ref_lengths, metric);
     // Indices inside a cloud are 32-bit on the GPU.
     PCOPS_CHECK_VALUE(c.M <= INT_MAX && c.N <= INT_MAX && c.k <= INT_MAX, "pcops.", kOp,
                       ": on CUDA, M, N and k must be at most 2**31 - 1, got M = ", c.M,
@@ -88,6 +133,15 @@ std::tuple<Tensor, Tensor> knn_cuda(const Tensor& query, const Tensor& ref, int6
     const pcops_dtype dtype = to_pcops_dtype(dtype_of(c.query));
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, true, dtype);
+    if (c.nd) {
+        check_nd_path(forced, path, c.B, c.M, c.N, c.k, c.D);
+        check_cuda(kOp, pcops_knn_nd_cuda(dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                                          ptr_or_null(c.query_lengths),
+                                          ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.D, c.k,
+                                          c.metric, c.dist2.data_ptr(), data<int64_t>(c.idx),
+                                          current_stream(query)));
+        return {to_dist_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
+    }
     pcops_knn_cuda_plan plan;
     const cudaError_t err =
         pcops_knn_cuda_plan_make(dtype, c.B, c.M, c.N, c.k, (pcops_knn_path)path, &plan);
@@ -103,10 +157,17 @@ std::tuple<Tensor, Tensor> knn_cuda(const Tensor& query, const Tensor& ref, int6
     return {to_dist_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
 }
 
+std::tuple<Tensor, Tensor> knn_cuda(const Tensor& query, const Tensor& ref, int64_t k,
+                                    const std::optional<Tensor>& query_lengths,
+                                    const std::optional<Tensor>& ref_lengths, int64_t path) {
+    return knn_cuda_metric(query, ref, k, query_lengths, ref_lengths, path, "l2");
+}
+
 std::tuple<Tensor, Tensor> knn_cuda_auto(const Tensor& query, const Tensor& ref, int64_t k,
                                          const std::optional<Tensor>& query_lengths,
-                                         const std::optional<Tensor>& ref_lengths) {
-    return knn_cuda(query, ref, k, query_lengths, ref_lengths, PCOPS_KNN_AUTO);
+                                         const std::optional<Tensor>& ref_lengths,
+                                         const std::string& metric) {
+    return knn_cuda_metric(query, ref, k, query_lengths, ref_lengths, PCOPS_KNN_AUTO, metric);
 }
 #endif
 

@@ -18,11 +18,12 @@ STABLE_TORCH_LIBRARY(pcops, m) {
         "furthest_point_sample(Tensor xyz, int npoint, Tensor? lengths=None, Tensor? start=None) "
         "-> (Tensor idx, Tensor dist2)");
 
-    // query[B,M,3], ref[B,N,3] -> dist2[B,M,k] (query's dtype), idx[B,M,k] int64: the k nearest
-    // valid refs sorted by (dist2, idx); idx -1 / dist2 +inf past the valid refs.
+    // query[B,M,D], ref[B,N,D] (any D >= 1) -> dist2[B,M,k] (query's dtype), idx[B,M,k] int64:
+    // the k nearest valid refs sorted by (dist2, idx); idx -1 / dist2 +inf past the valid refs.
+    // metric: "l2" (squared L2), "l1" or "cosine" (1 - cos); dist2 then holds that distance.
     m.def(
         "knn(Tensor query, Tensor ref, int k, Tensor? query_lengths=None, "
-        "Tensor? ref_lengths=None) -> (Tensor dist2, Tensor idx)");
+        "Tensor? ref_lengths=None, str metric=\"l2\") -> (Tensor dist2, Tensor idx)");
 
     // -> idx[B,M,nsample] int64, count[B,M] int64: the first nsample valid refs in index order
     // with squared distance < radius**2; empty slots repeat the first one found; -1 if none.

@@ -340,9 +340,17 @@ void check_output_elements(const char* op, const char* name, IntArrayRef shape, 
 QueryRef check_query_ref(const char* op, const Tensor& query, const Tensor& ref,
                          const std::optional<Tensor>& query_lengths,
                          const std::optional<Tensor>& ref_lengths, const char* query_name,
-                         const char* ref_name) {
-    check_float_tensor(op, query_name, query, 3, 3, "[B, M, 3]");
-    check_float_tensor(op, ref_name, ref, 3, 3, "[B, N, 3]");
+                         const char* ref_name, bool any_dim) {
+    if (any_dim) {
+        check_float_tensor(op, query_name, query, 3, -1, "[B, M, D] with D >= 1");
+        check_float_tensor(op, ref_name, ref, 3, -1, "[B, N, D] with D >= 1");
+        PCOPS_CHECK_VALUE(query.size(2) >= 1, "pcops.", op, ": argument '", query_name,
+                          "' must be a tensor of shape [B, M, D] with D >= 1, got ",
+                          describe(query));
+    } else {
+        check_float_tensor(op, query_name, query, 3, 3, "[B, M, 3]");
+        check_float_tensor(op, ref_name, ref, 3, 3, "[B, N, 3]");
+    }
     check_same_device(op, ref_name, ref, query_name, query);
     PCOPS_CHECK_TYPE(dtype_of(ref) == dtype_of(query), "pcops.", op, ": argument '", ref_name,
                      "' must have the dtype of '", query_name, "' (",
@@ -350,6 +358,10 @@ QueryRef check_query_ref(const char* op, const Tensor& query, const Tensor& ref,
     if (ref.size(0) != query.size(0)) {  // the message is built only on failure
         const std::string batch_of = std::string("the batch size B of '") + query_name + "'";
         check_size(op, ref_name, ref, 0, query.size(0), batch_of.c_str());
+    }
+    if (any_dim && ref.size(2) != query.size(2)) {
+        const std::string dim_of = std::string("the point dimension D of '") + query_name + "'";
+        check_size(op, ref_name, ref, 2, query.size(2), dim_of.c_str());
     }
     QueryRef q;
     q.B = query.size(0);

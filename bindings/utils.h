@@ -191,10 +191,11 @@ struct QueryRef {
     int64_t B, M, N;
 };
 // query_name / ref_name: the arguments' names in the messages (three_nn_pointnet2: unknown, known).
+// any_dim: points of any dimension D >= 1 ([B, M, D] / [B, N, D], one D for both; knn), not 3.
 QueryRef check_query_ref(const char* op, const Tensor& query, const Tensor& ref,
                          const std::optional<Tensor>& query_lengths,
                          const std::optional<Tensor>& ref_lengths, const char* query_name = "query",
-                         const char* ref_name = "ref");
+                         const char* ref_name = "ref", bool any_dim = false);
 
 // ---- Allocation: a failure names the op and the argument -----------------------------------
 // Every allocation of a binding goes through these: when the allocator refuses (the CPU

@@ -157,6 +157,38 @@ pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void
                                    int64_t* idx);
 
 /* ------------------------------------------------------------------------------------------
+ * k nearest neighbours in any dimension (kernels/knn_nd.c, kernels/knn_nd.cu)
+ *
+ *   query[B,M,D], ref[B,N,D] (contiguous), query_lengths[B]?, ref_lengths[B]?
+ *     -> dist[B,M,K] (dtype), idx[B,M,K] (int64)
+ *
+ * pcops_knn's contract for D >= 1 coordinates and a metric: the K smallest keys (dist, idx)
+ * among the valid refs whose distance is below +inf, sorted, ties to the lower index, +inf /
+ * -1 past them. The distance of a pair is computed in one fixed order (kernels/README.md,
+ * "kNN in any dimension"), the same bits on the CPU and CUDA:
+ *   L2:     sum over d of (a_d - b_d)^2, sequentially from d = 0, each product and sum rounded
+ *           on its own (no FMA); for D = 3 the bits of pcops_dist2 (geometry.h);
+ *   L1:     sum over d of |a_d - b_d|, sequentially;
+ *   COSINE: max(0, 1 - dot / (sqrt(|a|^2) * sqrt(|b|^2))), the three sums sequential, each
+ *           operation rounded; 1 when either norm is 0.
+ * geometry.h's overflow rule holds for every metric: a pair of finite points never gets +inf
+ * (a distance that overflows, or a NaN cosine, is FLT_MAX / DBL_MAX), a point with a
+ * non-finite coordinate is never a neighbour (knn_nd.h).
+ * One path (brute force); pcops.knn takes it for D != 3 and for metrics other than L2 (the
+ * 3-D L2 search keeps the paths of pcops_knn_cpu_path / pcops_knn_cuda_run).
+ * ---------------------------------------------------------------------------------------- */
+typedef enum pcops_knn_metric {
+    PCOPS_KNN_L2 = 0,
+    PCOPS_KNN_L1 = 1,
+    PCOPS_KNN_COSINE = 2
+} pcops_knn_metric;
+
+pcops_status pcops_knn_nd_cpu(pcops_dtype dtype, const void* query, const void* ref,
+                              const int64_t* query_lengths, const int64_t* ref_lengths,
+                              int64_t B, int64_t M, int64_t N, int64_t D, int64_t K,
+                              pcops_knn_metric metric, void* dist, int64_t* idx);
+
+/* ------------------------------------------------------------------------------------------
  * Ball query (kernels/ball_query.c, kernels/ball_query.cu)
  *
  *   query[B,M,3], ref[B,N,3], lengths? -> idx[B,M,S] (int64), count[B,M] (int64)
@@ -434,6 +466,14 @@ cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref
                            const int64_t* query_lengths, const int64_t* ref_lengths, int64_t B,
                            int64_t M, int64_t N, int64_t K, void* workspace, void* dist2,
                            int64_t* idx, cudaStream_t stream);
+
+/* kNN in any dimension on CUDA (the contract above pcops_knn_nd_cpu): M, N, K at most INT_MAX,
+ * D at least 1; no workspace, no host synchronisation. */
+cudaError_t pcops_knn_nd_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                              const int64_t* query_lengths, const int64_t* ref_lengths,
+                              int64_t B, int64_t M, int64_t N, int64_t D, int64_t K,
+                              pcops_knn_metric metric, void* dist, int64_t* idx,
+                              cudaStream_t stream);
 
 cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* query, const void* ref,
                                   const int64_t* query_lengths, const int64_t* ref_lengths,

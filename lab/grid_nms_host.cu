@@ -49,6 +49,16 @@ struct HostExec {
             std::shuffle(perm.begin(), perm.end(), *rng);
         for (int64_t s : perm) f(s);
     }
+    // The evaluate phase: a scan that runs out of its budget is done again without one, at
+    // once (the device lists it and a warp scans it after a barrier; either way the decision is
+    // one the unbounded scan may make).
+    template <typename T, typename F>
+    void evaluate(const GridView<T>& v, const GridCells& c, int64_t n, const int32_t* cur, int,
+                  F&& f) {
+        items(n, [&](int64_t s) {
+            if (!f(s)) grid_evaluate(v, c, s, cur, INT64_MAX);
+        });
+    }
     void barrier() {}
     template <typename T>
     void open(const GridView<T>& v, int64_t n, const int32_t* cur, int32_t* next, uint32_t* left) {
@@ -148,7 +158,7 @@ std::vector<int64_t> grid_nms_host(const Layout& L, std::mt19937_64& rng, bool s
     for (int64_t p = 0; p < N; ++p)
         state[p] = std::isfinite(xs[p]) && std::isfinite(ys[p]) ? kUndecided : kKept;
     std::vector<int32_t> cur0(begin.begin(), begin.end() - 1), cur1 = cur0;
-    uint32_t count[3] = {0, 0, 0};
+    uint32_t count[5] = {0, 0, 0, 0, 0};
     const bool grouped = !L.g.empty();
     GridView<T> v{spos.data(), skey.data(), sx.data(), sy.data(), grouped ? sg.data() : nullptr,
                   begin.data(), xs.data(), ys.data(), grouped ? gs.data() : nullptr, &cells,

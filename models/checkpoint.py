@@ -5,14 +5,17 @@ A checkpoint is a dict saved with torch.save: model (state dict), config (the tr
 settings as given: --resume restores them), classes, epoch, and for last.pt also the optimizer,
 EMA, best, best_epoch, planned_epochs and history. Checkpoints written since the models/ split
 also hold `spec`: what it takes to rebuild the model without the training data (model name,
-number of classes, grouping, head dropout, points per shape, the training augmentation).
+number of classes, grouping, head dropout, points per shape, the training augmentation; for
+DGCNN also k and the kNN backend).
 """
 import os
 from typing import Optional, Tuple
 
 import torch
 
-from .pointnet2 import PointNet2Classifier, build_model
+from torch import nn
+
+from .classifiers import build_classifier
 
 __all__ = ["save_checkpoint", "load_checkpoint", "model_spec", "load_model"]
 
@@ -40,10 +43,11 @@ def load_checkpoint(path: str) -> dict:
 
 
 def model_spec(ckpt: dict) -> dict:
-    """{name, num_classes, grouping, dropout, points, classes, augment}: the checkpoint's `spec`,
-    or for an older checkpoint, the same derived from its config and weights."""
+    """{name, num_classes, grouping, dropout, points, classes, augment, k, knn_backend}: the
+    checkpoint's `spec`, or for an older checkpoint, the same derived from its config and weights
+    (k and knn_backend are read by DGCNN only; checkpoints without them get the defaults)."""
     if "spec" in ckpt:
-        return dict(ckpt["spec"])
+        return {"k": 20, "knn_backend": "pcops", **ckpt["spec"]}
     cfg, state = ckpt["config"], ckpt["model"]
     name = cfg.get("model") or ("ssg-lite" if cfg.get("data") == "builtin" else "ssg")
     num_classes = state["head.8.weight"].shape[0]
@@ -51,7 +55,7 @@ def model_spec(ckpt: dict) -> dict:
     points = cfg.get("points") or (256 if cfg.get("data") == "builtin" else 1024)
     return dict(name=name, num_classes=num_classes, grouping=cfg.get("grouping", "ball"),
                 dropout=cfg.get("dropout", 0.5), points=points, classes=list(classes),
-                augment=augment_settings(cfg))
+                augment=augment_settings(cfg), k=cfg.get("k", 20), knn_backend=cfg.get("knn_backend", "pcops"))
 
 
 def augment_settings(cfg: dict) -> dict:
@@ -63,13 +67,14 @@ def augment_settings(cfg: dict) -> dict:
                 jitter=(sigma, 5 * sigma) if sigma > 0 else None, dropout=cfg.get("aug_dropout", 0.0))
 
 
-def load_model(ckpt, device="cpu") -> Tuple[PointNet2Classifier, dict]:
+def load_model(ckpt, device="cpu") -> Tuple[nn.Module, dict]:
     """(model in eval mode on device, spec) from a checkpoint path or dict."""
     path: Optional[str] = ckpt if isinstance(ckpt, str) else None
     if path is not None:
         ckpt = load_checkpoint(path)
     spec = model_spec(ckpt)
-    model = build_model(spec["name"], spec["num_classes"], grouping=spec["grouping"], dropout=spec["dropout"])
+    model = build_classifier(spec["name"], spec["num_classes"], grouping=spec["grouping"], dropout=spec["dropout"],
+                             k=spec["k"], knn_backend=spec["knn_backend"])
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:

@@ -18,7 +18,7 @@ def make_optimizer(model, args, device):
         return torch.optim.AdamW(groups, lr=args.lr, **fused)
     if args.optimizer == "adam":
         return torch.optim.Adam(groups, lr=args.lr, **fused)
-    return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, nesterov=True)
+    return torch.optim.SGD(groups, lr=args.lr, momentum=args.momentum, nesterov=getattr(args, "nesterov", True))
 
 
 def lr_at(step, total_steps, warmup_steps, lr, min_ratio):

@@ -118,12 +118,26 @@ def test_knn_points_lower_dims_and_errors(device, gen):
     rd, ri = knn_naive(p1, p2, 3)
     assert_equal(out.idx, ri.to(device))
     assert out.knn.shape == (2, 10, 3, 2)
-    with pytest.raises(NotImplementedError, match="norm=1"):
-        p3d.knn_points(p1, p2, norm=1)
     with pytest.raises(ValueError, match="Support for 1 or 2 norm"):
         p3d.knn_points(p1, p2, norm=3)
-    with pytest.raises(NotImplementedError, match=r"D = 5.*torch.cdist"):
-        p3d.knn_points(torch.rand(1, 4, 5), torch.rand(1, 4, 5))
+
+
+@pytest.mark.parametrize("D", [1, 2, 5, 16])
+@pytest.mark.parametrize("norm", [1, 2])
+def test_knn_points_any_dimension_and_norm(device, gen, D, norm):
+    p1 = torch.rand(2, 10, D, generator=gen, dtype=torch.float64).to(device)
+    p2 = torch.rand(2, 12, D, generator=gen, dtype=torch.float64).to(device)
+    l2 = torch.tensor([12, 4], device=device)
+    out = p3d.knn_points(p1, p2, None, l2, norm=norm, K=6, return_nn=True)
+    diff = (p1[:, :, None] - p2[:, None]).abs()
+    d = (diff ** norm).sum(-1)
+    d[1, :, 4:] = float("inf")
+    rd, ri = d.sort(dim=-1, stable=True)
+    rd, ri = rd[..., :6], ri[..., :6]
+    empty = torch.isinf(rd)
+    assert_equal(out.idx, ri.masked_fill(empty, 0), what="idx")
+    assert_close(out.dists, rd.masked_fill(empty, 0.0), atol=1e-12, rtol=1e-12, what="dists")
+    assert out.knn.shape == (2, 10, 6, D)
     with pytest.raises(ValueError, match="same batch dimension"):
         p3d.knn_points(p1, p2[:1])
     with pytest.raises(ValueError, match="same point dimension"):

@@ -154,10 +154,26 @@ def test_batch_vectors_must_be_sorted(device, gen):
         tc.knn(x, x, 2, bad, torch.zeros(10, dtype=torch.long, device=device))
     with pytest.raises(ValueError, match="'batch_y' is not sorted"):
         tc.radius(x, x, 0.5, torch.zeros(10, dtype=torch.long, device=device), bad)
-    with pytest.raises(NotImplementedError, match="cosine"):
-        tc.knn(x, x, 2, cosine=True)
     with pytest.raises(NotImplementedError, match="D = 5"):
-        tc.knn(torch.rand(4, 5, device=device), torch.rand(4, 5, device=device), 2)
+        tc.radius(torch.rand(4, 5, device=device), torch.rand(4, 5, device=device), 0.5)
+
+
+@pytest.mark.parametrize("D", [2, 5, 16])
+@pytest.mark.parametrize("cosine", [False, True])
+def test_knn_any_dimension_and_cosine(device, gen, D, cosine):
+    x = torch.randn(30, D, generator=gen, dtype=torch.float64).to(device)
+    y = torch.randn(12, D, generator=gen, dtype=torch.float64).to(device)
+    batch_x = torch.tensor([0] * 20 + [1] * 10, device=device)
+    batch_y = torch.tensor([0] * 5 + [1] * 7, device=device)
+    row, col = tc.knn(x, y, 4, batch_x, batch_y, cosine=cosine)
+    if cosine:
+        d = 1 - (y @ x.T) / (y.norm(dim=1)[:, None] * x.norm(dim=1)[None, :])
+    else:
+        d = ((y[:, None] - x[None]) ** 2).sum(-1)
+    d = torch.where(batch_y[:, None] == batch_x[None, :], d, float("inf"))
+    expect = d.sort(dim=-1, stable=True).indices[:, :4]
+    assert_equal(row, torch.arange(12, device=device).repeat_interleave(4))
+    assert_equal(col, expect.reshape(-1))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -364,10 +364,10 @@ def _bad_cases(device):
     r = torch.rand(2, 12, 3, device=device)
     L = lambda *v: torch.tensor(v, device=device)  # noqa: E731
     return [
-        ((torch.rand(10, 3, device=device), r, 4), ValueError, r"'query' must be a tensor of shape \[B, M, 3\], got a 2-D"),
-        ((torch.rand(2, 10, 2, device=device), r, 4), ValueError, r"'query' must be a tensor of shape \[B, M, 3\]"),
-        ((q, torch.rand(2, 12, 4, device=device), 4), ValueError, r"'ref' must be a tensor of shape \[B, N, 3\], got a 3-D .* \[2, 12, 4\]"),
-        ((q, torch.rand(12, 3, device=device), 4), ValueError, r"'ref' must be a tensor of shape \[B, N, 3\], got a 2-D"),
+        ((torch.rand(10, 3, device=device), r, 4), ValueError, r"'query' must be a tensor of shape \[B, M, D\] with D >= 1, got a 2-D"),
+        ((torch.rand(2, 10, 2, device=device), r, 4), ValueError, r"'ref' must have 2 \(the point dimension D of 'query'\) in dimension 2"),
+        ((q, torch.rand(2, 12, 4, device=device), 4), ValueError, r"'ref' must have 3 \(the point dimension D of 'query'\) in dimension 2, got a 3-D .* \[2, 12, 4\]"),
+        ((q, torch.rand(12, 3, device=device), 4), ValueError, r"'ref' must be a tensor of shape \[B, N, D\] with D >= 1, got a 2-D"),
         ((torch.ones(2, 10, 3, dtype=torch.int32, device=device), r, 4), TypeError, r"'query' must be a floating point"),
         ((q, torch.ones(2, 12, 3, dtype=torch.bool, device=device), 4), TypeError, r"'ref' must be a floating point"),
         ((q, r.double(), 4), TypeError, r"'ref' must have the dtype of 'query' \(Float\), got a 3-D Double tensor"),

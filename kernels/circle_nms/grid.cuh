@@ -30,7 +30,9 @@
  *        evaluate: each undecided box among the first kGridWindow of its bucket from the cursor
  *          scans the boxes of its 9 neighbour buckets, from each cursor up to its own position:
  *          the first undecided pred makes it wait, a kept pred removes it, and with neither it
- *          is kept;
+ *          is kept (a thread's scan reads up to kGridScanBudget boxes; the boxes of longer
+ *          ones are listed, and after a barrier each is scanned again by a warp, 32 boxes a
+ *          step);
  *        pull: every undecided box reads the first kGridWindow boxes of its 9 buckets from
  *          their cursors (where this round's kept boxes are) and is removed by a kept pred;
  *        advance: each bucket's cursor moves to its first undecided box; the undecided boxes
@@ -58,7 +60,9 @@
  *   - the earliest undecided box is first in its bucket and has no undecided pred, so every
  *     round decides a box and the rounds end.
  * Work: a round costs the put-forward boxes' scans (at most 9 buckets up to their position,
- * most ending at the first undecided pred), 9 * kGridWindow reads per undecided box (pull) and
+ * most ending at the first undecided pred; where a dense pile lies just beyond the radius of a
+ * box, or many removed boxes precede it, a scan passes thousands of boxes, which a warp reads
+ * 32 at a time), 9 * kGridWindow reads per undecided box (pull) and
  * one per box (cursors): O(N). Random scores take tens of rounds; a chain of preds along the
  * visiting order (boxes on a line visited along it) decides a box or two a round, and the
  * finish takes it 64 at a time. Workspace O(N) (grid_layout), L2-resident at the sizes that
@@ -78,6 +82,7 @@ constexpr int kGridThreads = 256;          // every kernel's block size
 constexpr int kGridWindow = 8;             // boxes of a bucket put forward (pulled from) a round
 constexpr int kGridMaxRounds = 64;         // rounds at most before the finish
 constexpr uint32_t kGridMinProgress = 64;  // a round deciding fewer boxes ends the rounds
+constexpr int64_t kGridScanBudget = 64;    // boxes a thread's evaluate scan reads before a warp's
 constexpr int kGridFinishRows = 64;        // undecided boxes the finish resolves at once
 constexpr int kGridFinishScan = 8;         // positions a thread of the finish reads a step
 constexpr double kGridAxisCells = 1073741824.0;  // 2**30: cell coordinates per axis at most
@@ -177,9 +182,11 @@ struct GridView {
     const GridCells* cells;
     uint8_t* state;               // [N] kUndecided / kKept / kRemoved by position
     int32_t* cursor[2];           // [B] each: the cursors of a round and of the next one
-    uint32_t* count;              // [3] undecided boxes after a round (three rounds in turn)
+    uint32_t* count;              // [5] undecided boxes after a round (three rounds in turn),
+                                  // then the long scans of a round (two rounds in turn)
     int64_t N;
     T r2;
+    int32_t* longs;               // [N] the boxes whose scan ran out of budget in a round (device)
 };
 
 __host__ __device__ inline uint8_t grid_state(const uint8_t* state, int32_t p) {
@@ -213,25 +220,88 @@ __host__ __device__ inline GridBox<T> grid_box(const GridCells& c, T x, T y, int
 }
 
 // Evaluate, for the box at bucket-order index s: kept, removed, or left undecided (waiting).
+// The scan reads at most `budget` boxes; past that it returns false having decided nothing, and
+// the caller runs the scan again in full (grid_evaluate_warp on the device: a pile of boxes in
+// a neighbour cell, all more than a radius away or removed, is read 32 at a time by a warp
+// instead of one at a time by a thread). True when the box was done (or is not put forward).
 template <typename T>
-__host__ __device__ inline void grid_evaluate(const GridView<T>& v, const GridCells& c,
-                                              int64_t s, const int32_t* cur) {
+__host__ __device__ inline bool grid_evaluate(const GridView<T>& v, const GridCells& c,
+                                              int64_t s, const int32_t* cur, int64_t budget) {
     const int32_t p = v.spos[s];
-    if (v.state[p] != kUndecided || s >= (int64_t)cur[v.skey[s]] + kGridWindow) return;
+    if (v.state[p] != kUndecided || s >= (int64_t)cur[v.skey[s]] + kGridWindow) return true;
     const GridBox<T> b = grid_box(c, v.sx[s], v.sy[s], v.sg ? v.sg[s] : 0);
     for (int i = 0; i < b.n; ++i) {
         const int32_t end = v.bucket_begin[b.nb[i] + 1];
         for (int32_t t = cur[b.nb[i]]; t < end; ++t) {
+            if (--budget < 0) return false;
             const int32_t q = v.spos[t];
             if (q >= p) break;  // positions ascend within a bucket
+            if (!grid_near(v, t, b.x, b.y, b.g)) continue;
             const uint8_t st = grid_state(v.state, q);
-            if (st == kRemoved || !grid_near(v, t, b.x, b.y, b.g)) continue;
+            if (st == kRemoved) continue;
             if (st == kKept) v.state[p] = kRemoved;
-            return;  // a kept pred removes it; an undecided one makes it wait
+            return true;  // a kept pred removes it; an undecided one makes it wait
         }
     }
     v.state[p] = kKept;
+    return true;
 }
+
+#if defined(__CUDACC__)
+constexpr int kGridWarpChunks = 4;  // 32-box chunks a warp step reads (their loads overlap)
+
+// grid_evaluate of box s (put forward, undecided) by the 32 lanes of a warp together, without a
+// budget: each step reads the next kGridWarpChunks * 32 boxes of a bucket, and the first pred
+// that is near and not removed decides, as in the thread's scan. (Any such pred is a true
+// reason: a kept one removes the box, an undecided one makes it wait; the first is taken so
+// that both scans agree.)
+template <typename T>
+__device__ inline void grid_evaluate_warp(const GridView<T>& v, const GridCells& c, int64_t s,
+                                          const int32_t* cur, int lane) {
+    const int32_t p = v.spos[s];
+    const GridBox<T> b = grid_box(c, v.sx[s], v.sy[s], v.sg ? v.sg[s] : 0);
+    for (int i = 0; i < b.n; ++i) {
+        const int32_t end = v.bucket_begin[b.nb[i] + 1];
+        bool bucket_done = false;
+        for (int32_t t0 = cur[b.nb[i]]; t0 < end && !bucket_done; t0 += 32 * kGridWarpChunks) {
+            bool stop[kGridWarpChunks], hit[kGridWarpChunks];
+            uint8_t st[kGridWarpChunks];
+#pragma unroll
+            for (int j = 0; j < kGridWarpChunks; ++j) {
+                const int32_t t = t0 + 32 * j + lane;
+                stop[j] = true;
+                hit[j] = false;
+                st[j] = kRemoved;
+                if (t < end) {
+                    const int32_t q = v.spos[t];
+                    stop[j] = q >= p;
+                    if (!stop[j] && grid_near(v, t, b.x, b.y, b.g)) {
+                        st[j] = grid_state(v.state, q);
+                        hit[j] = st[j] != kRemoved;
+                    }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < kGridWarpChunks; ++j) {
+                const uint32_t stops = __ballot_sync(0xffffffffu, stop[j]);
+                uint32_t hits = __ballot_sync(0xffffffffu, hit[j]);
+                if (stops) hits &= (stops & (0u - stops)) - 1u;  // the hits before the first stop
+                if (hits) {
+                    const int first =
+                        __shfl_sync(0xffffffffu, (int)st[j], __ffs(hits) - 1);
+                    if (lane == 0 && first == kKept) v.state[p] = kRemoved;
+                    return;
+                }
+                if (stops) {
+                    bucket_done = true;
+                    break;
+                }
+            }
+        }
+    }
+    if (lane == 0) v.state[p] = kKept;
+}
+#endif
 
 // Pull, for the box at bucket-order index s: removed if a kept pred is among the first
 // kGridWindow boxes of one of its buckets.
@@ -395,10 +465,10 @@ __host__ __device__ void grid_decide(const GridView<T>& v, GridFinishShared& sh,
         int32_t* next = v.cursor[(round + 1) & 1];
         uint32_t* left = v.count + round % 3;
         if (x_.first()) v.count[(round + 1) % 3] = 0;  // last read two barriers ago
-        x_.items(Nf, [&](int64_t s) {
+        x_.evaluate(v, c, Nf, cur, round, [&](int64_t s) {
             const uint32_t b = v.skey[s];
             if (s == 0 || v.skey[s - 1] != b) next[b] = v.bucket_begin[b + 1];  // no bid yet
-            grid_evaluate(v, c, s, cur);
+            return grid_evaluate(v, c, s, cur, kGridScanBudget);
         });
         x_.barrier();
         x_.items(Nf, [&](int64_t s) { grid_pull(v, c, s, cur); });
@@ -538,7 +608,7 @@ nms_grid_init_kernel(const T* __restrict__ xs, const T* __restrict__ ys, int64_t
     for (int64_t p = first; p < N; p += stride)
         state[p] = finite_xy(xs[p], ys[p]) ? kUndecided : kKept;
     for (int64_t b = first; b < B; b += stride) cur0[b] = cur1[b] = bucket_begin[b];
-    if (first < 3) count[first] = 0;
+    if (first < 5) count[first] = 0;
 }
 
 // The device side of grid_decide: the threads of the whole grid (a cooperative launch) or of
@@ -554,6 +624,22 @@ struct GridExec {
     template <typename F>
     __device__ void items(int64_t n, F&& f) {
         for (int64_t s = gtid; s < n; s += gthreads) f(s);
+    }
+    // The evaluate phase of `round`: f(s) per box (its budgeted scan); the boxes whose scan ran
+    // out of budget go to a list, and after a barrier each is scanned again by one warp (a
+    // dense bucket's few put-forward boxes by different warps, at the same time).
+    template <typename T, typename F>
+    __device__ void evaluate(const GridView<T>& v, const GridCells& c, int64_t n,
+                             const int32_t* cur, int round, F&& f) {
+        uint32_t* nlong = v.count + 3 + (round & 1);
+        if (gtid == 0) v.count[3 + ((round + 1) & 1)] = 0;  // last read a round ago
+        for (int64_t s = gtid; s < n; s += gthreads)
+            if (!f(s)) v.longs[atomicAdd(nlong, 1u)] = (int32_t)s;
+        barrier();
+        const uint32_t m = *(const volatile uint32_t*)nlong;
+        const int lane = threadIdx.x & 31;
+        for (int64_t i = gtid >> 5; i < (int64_t)m; i += gthreads >> 5)  // warp-uniform
+            grid_evaluate_warp(v, c, v.longs[i], cur, lane);
     }
     __device__ void barrier() {
         if constexpr (kGridSync)
@@ -680,7 +766,8 @@ struct GridWorkspace {
     int64_t* sg;
     uint8_t* state;          // [N]
     int32_t* cursor[2];      // [B]
-    uint32_t* count;         // [3]
+    uint32_t* count;         // [5]
+    int32_t* longs;          // [N]
     uint32_t* kept;          // [C] kept boxes per 64 positions, then before them
     uint32_t* total;         // [1]
     int key_bits;            // bits of the bucket keys
@@ -722,7 +809,8 @@ GridWorkspace grid_layout(void* base, size_t elem, pcops_dtype score_dtype, int6
     w.state = (uint8_t*)pcops_carve(&c, N, sizeof(uint8_t));
     w.cursor[0] = (int32_t*)pcops_carve(&c, B, sizeof(int32_t));
     w.cursor[1] = (int32_t*)pcops_carve(&c, B, sizeof(int32_t));
-    w.count = (uint32_t*)pcops_carve(&c, 3, sizeof(uint32_t));
+    w.count = (uint32_t*)pcops_carve(&c, 5, sizeof(uint32_t));
+    w.longs = (int32_t*)pcops_carve(&c, N, sizeof(int32_t));
     w.kept = (uint32_t*)pcops_carve(&c, C, sizeof(uint32_t));
     w.total = (uint32_t*)pcops_carve(&c, 1, sizeof(uint32_t));
     w.bytes = pcops_carver_bytes(&c);
@@ -784,7 +872,7 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
     GridView<T> v{w.spos, w.skey, sx, sy, sg, w.bucket_begin, xs, ys, gs, w.cells, w.state,
-                  {w.cursor[0], w.cursor[1]}, w.count, N, r2};
+                  {w.cursor[0], w.cursor[1]}, w.count, N, r2, w.longs};
     bool ran = false;
     if (max_blocks > 0) {
         const int64_t want = (N + kGridThreads - 1) / kGridThreads;

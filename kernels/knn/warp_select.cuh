@@ -264,15 +264,20 @@ knn_warp_select_kernel(const float* __restrict__ query, const float* __restrict_
 #pragma unroll
         for (int i = 0; i < R; ++i) {
             const int64_t j = 32 * i + lane;
-            key[i] = kSelectNever;
+            // Only the loads are conditional (predicated, so that the R loads of a lane are in
+            // flight together); the ref is staged as it is loaded (a non-finite one: NaN) and
+            // the distance saturated, without a branch.
+            float rx = 0.f, ry = 0.f, rz = 0.f;
             if (j < L) {
-                // the ref staged as it is loaded (a non-finite one: NaN), the distance saturated
                 const float* r = cloud + 3 * j;
-                const float rx = staged_x(r[0], r[1], r[2]);
-                const float d = pcops_dist2_sat_f32(pcops_dist2_f32(qx, qy, qz, rx, r[1], r[2]));
-                const uint32_t u = __float_as_uint(d);
-                if (u < 0x7f800000u) key[i] = u;  // +inf and NaN are never neighbours
+                rx = r[0];
+                ry = r[1];
+                rz = r[2];
             }
+            const float d = pcops_dist2_sat_f32(
+                pcops_dist2_f32(qx, qy, qz, staged_x(rx, ry, rz), ry, rz));
+            const uint32_t u = __float_as_uint(d);
+            key[i] = j < L && u < 0x7f800000u ? u : kSelectNever;  // +inf, NaN: never neighbours
             valid += key[i] != kSelectNever;
         }
         valid = (int)sum_u32((unsigned)valid);

@@ -7,9 +7,9 @@ with 0, sample_farthest_points pads idx with -1 and points with 0 and takes ``K`
 list or a tensor per cloud. Autograd: ``dists`` of knn_points and ball_query with respect to
 both clouds, the outputs of knn_gather with respect to ``x``.
 
-Differences (see the README): D must be <= 3 (clouds with D < 3 are padded with zero
-coordinates, which leaves every distance unchanged; D > 3 raises NotImplementedError), and
-``norm=1`` raises NotImplementedError; dtypes are kept (PyTorch3D casts FPS input to float32);
+Differences (see the README): knn_points takes any D and ``norm=1``; sample_farthest_points
+and ball_query need D <= 3 (clouds with D < 3 are padded with zero coordinates, which leaves
+every distance unchanged; D > 3 raises NotImplementedError); dtypes are kept (PyTorch3D casts FPS input to float32);
 FPS distances start at +inf (PyTorch3D CUDA: 1e10); ties go to the lower index;
 ``return_sorted=False`` still returns sorted neighbours (a valid order); ``version`` is ignored.
 """
@@ -117,28 +117,28 @@ def knn_points(
     return_nn: bool = False,
     return_sorted: bool = True,
 ) -> KNN:
-    """K nearest neighbours of each point of ``p1 [N, P1, D]`` in ``p2 [N, P2, D]`` (D <= 3),
+    """K nearest neighbours of each point of ``p1 [N, P1, D]`` in ``p2 [N, P2, D]`` (any D),
     as ``pytorch3d.ops.knn_points``.
 
     Returns ``KNN(dists, idx, knn)``: squared distances ``[N, P1, K]`` (differentiable with
     respect to p1 and p2), int64 indices ``[N, P1, K]`` (both padded with 0 where a cloud of
     p2 has fewer than K points and for the points of p1 past lengths1), and with
     ``return_nn=True`` the neighbours ``[N, P1, K, D]`` (0.0 in padded slots), else None.
-    ``norm=1`` raises NotImplementedError; ``version`` is ignored; neighbours always come
-    sorted (ties to the lower index).
+    ``norm=1``: L1 distances (the sum of absolute differences), as PyTorch3D; ``version`` is
+    ignored; neighbours always come sorted (ties to the lower index).
     """
     _check_pair(p1, p2)
-    if norm == 1:
-        raise NotImplementedError(
-            "pcops.compat.pytorch3d.knn_points: norm=1 (L1) is not implemented; pcops kNN uses "
-            "the squared L2 distance (norm=2). For L1 use torch.cdist(p1, p2, p=1).topk(K, "
-            "largest=False) or the real pytorch3d."
-        )
-    if norm != 2:
+    if norm not in (1, 2):
         raise ValueError("Support for 1 or 2 norm.")
-    q = _to_3d(p1, "knn_points", "p1")
-    r = _to_3d(p2, "knn_points", "p2")
-    dists, idx = _call(torch.ops.pcops.knn.default, (q, r), q, r, K, lengths1, lengths2)
+    # D < 3 is padded to the 3-D paths (zero coordinates: the same bits); D > 3 and norm=1
+    # take pcops.knn's search of any dimension
+    q = p1 if p1.shape[-1] > 3 else _to_3d(p1, "knn_points", "p1")
+    r = p2 if p2.shape[-1] > 3 else _to_3d(p2, "knn_points", "p2")
+    if norm == 1:
+        dists, idx = _call(torch.ops.pcops.knn.default, (q, r), q, r, K, lengths1, lengths2,
+                           "l1")
+    else:
+        dists, idx = _call(torch.ops.pcops.knn.default, (q, r), q, r, K, lengths1, lengths2)
     if lengths1 is not None or lengths2 is not None or K > p2.shape[1]:
         # pcops pads with -1 / +inf, PyTorch3D with 0 / 0 (no host synchronisation here)
         empty = idx < 0

@@ -22,8 +22,9 @@ over clouds of one size uses the flat points as they are (a view). The host work
 synchronisation is kept to the least: the FPS launch, or nothing (the edge compaction
 finishes inside its op).
 
-Differences (see the README): D <= 3 (fewer coordinates are padded with zeros; D > 3 raises
-NotImplementedError), ``cosine=True`` raises NotImplementedError; FPS distances start at +inf
+Differences (see the README): fps and radius need D <= 3 (fewer coordinates are padded with
+zeros; D > 3 raises NotImplementedError), knn takes any D and ``cosine=True`` (1 - cos, 1 for
+a zero vector); FPS distances start at +inf
 (torch_cluster's CUDA FPS starts them at 5e4, so on clouds wider than ~224 units it samples
 in index order) and kNN has no 1e10 sentinel (torch_cluster drops neighbours farther than 1e5
 units) nor a k <= 100 limit; ties go to the lower index on CPU and CUDA.
@@ -45,12 +46,14 @@ __pcops_compat__ = True
 __all__ = ["fps", "knn", "knn_graph", "radius", "radius_graph"]
 
 
-def _points(x: Tensor, fn: str, arg: str) -> Tensor:
+def _points(x: Tensor, fn: str, arg: str, any_dim: bool = False) -> Tensor:
     x = x.view(-1, 1) if x.dim() == 1 else x
     if x.dim() != 2:
         raise ValueError(f"pcops.compat.torch_cluster.{fn}: argument '{arg}' must be [N, D], "
                          f"got shape {list(x.shape)}")
     D = x.shape[1]
+    if D > 3 and any_dim:  # knn: pcops.knn's search of any dimension
+        return x
     if D > 3:
         raise NotImplementedError(
             f"pcops.compat.torch_cluster.{fn}: argument '{arg}' has D = {D} features; pcops "
@@ -242,13 +245,10 @@ def knn(
     ``edge_index [2, E]``: ``row`` indexes ``y``, ``col`` indexes ``x``, grouped by ``y`` and
     sorted by distance (ties to the lower index); fewer than ``k`` where a cloud of ``x`` is
     smaller. ``num_workers`` is ignored (the CPU kernels use OpenMP)."""
-    if cosine:
-        raise NotImplementedError(
-            "pcops.compat.torch_cluster.knn: cosine=True is not implemented; pcops uses the "
-            "Euclidean distance. Normalise the points and use Euclidean kNN (same order), or "
-            "the real torch_cluster."
-        )
-    xs, ys = _points(x, "knn", "x"), _points(y, "knn", "y")
+    # D < 3 is padded with zero coordinates (the same distances, cosine too); D > 3 and
+    # cosine=True take pcops.knn's search of any dimension
+    xs, ys = _points(x, "knn", "x", any_dim=True), _points(y, "knn", "y", any_dim=True)
+    extra = ("cosine",) if cosine else ()
     _check_batch(batch_x, xs.shape[0], "knn", "batch_x")
     _check_batch(batch_y, ys.shape[0], "knn", "batch_y")
     M = ys.shape[0]
@@ -257,7 +257,8 @@ def knn(
 
     def op(query, ref, k_, ql=None, rl=None):
         # no gradient flows from an edge list: the op below autograd (no Python autograd kernel)
-        dist2, idx = _call(torch.ops.pcops.knn.default, (), _nograd(query), _nograd(ref), k_, ql, rl)
+        dist2, idx = _call(torch.ops.pcops.knn.default, (), _nograd(query), _nograd(ref), k_, ql, rl,
+                           *extra)
         return idx, dist2
 
     idx, _, y_first, x_first, n_x = _neighbours(op, xs, ys, batch_x, batch_y, batch_size,

@@ -1,0 +1,89 @@
+"""Benchmark of pcops.knn in feature space (D != 3) against the plain-torch kNN of DGCNN and the
+peer libraries: the sizes of issue 36 (B = 32, N = 1024, k = 20, D = 64 / 128 / 256; N = 4096).
+
+    python benchmarks/bench_knn_nd.py --device cuda
+    python benchmarks/bench_knn_nd.py --device cpu
+    python benchmarks/bench_knn_nd.py --device cpu --quick     # smoke run
+
+Every row is a self-kNN (query = ref, as an EdgeConv layer builds its graph), float32.
+Contenders, on the same inputs:
+  pcops        pcops.knn(x, x, k) (exact: the brute force of any dimension)
+  torch        DGCNN's knn: -|x_i|^2 + 2 x_i.x_j - |x_j|^2 by one batched matmul, then topk(k)
+               (not exact: cancellation in the product form)
+  pytorch3d    pytorch3d.ops.knn_points(x, x, K=k)
+  cluster      torch_cluster.knn over the flattened batch
+A peer that is not installed or refuses a size shows "-". "agree" is the fraction of pcops's
+neighbour indices that the torch baseline also returns (a measure of its inexactness).
+"""
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # this checkout
+
+import pcops  # noqa: E402
+from common import base_parser, environment_header, fmt_ms, print_table, time_fn, try_import  # noqa: E402
+
+pytorch3d_ops = try_import("pytorch3d.ops")
+torch_cluster = try_import("torch_cluster")
+
+
+def run_torch(x, k):
+    inner = torch.matmul(x, x.transpose(1, 2))
+    sq = (x * x).sum(-1, keepdim=True)
+    neg = 2 * inner - sq - sq.transpose(1, 2)
+    return neg.topk(k, dim=-1)[1]
+
+
+def run_pytorch3d(x, k):
+    return pytorch3d_ops.knn_points(x, x, K=k).idx
+
+
+def run_cluster(x, k, batch):
+    flat = x.reshape(-1, x.shape[-1])
+    return torch_cluster.knn(flat, flat, k, batch, batch)
+
+
+def main():
+    p = base_parser(__doc__)
+    args = p.parse_args()
+    dev = args.device
+    sizes = [(32, 1024, 64, 20), (32, 1024, 128, 20), (32, 1024, 256, 20), (32, 4096, 64, 20)]
+    if args.quick:
+        sizes = [(4, 256, 64, 20)]
+    reps = 3 if args.quick or dev == "cpu" else 20
+    rows = []
+    for B, N, D, k in sizes:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(B, N, D, generator=g).to(dev)
+        batch = torch.arange(B, device=dev).repeat_interleave(N)
+        _, idx = pcops.knn(x, x, k)
+        t_pcops = time_fn(lambda: pcops.knn(x, x, k), dev, reps=reps)
+        t_torch = time_fn(lambda: run_torch(x, k), dev, reps=reps)
+        ti = run_torch(x, k)
+        agree = (torch.sort(ti, -1)[0] == torch.sort(idx, -1)[0]).float().mean().item()
+        t_p3d = t_cl = None
+        if pytorch3d_ops is not None:
+            try:
+                t_p3d = time_fn(lambda: run_pytorch3d(x, k), dev, reps=reps)
+            except Exception:
+                pass
+        if torch_cluster is not None:
+            try:
+                t_cl = time_fn(lambda: run_cluster(x, k, batch), dev, reps=reps)
+            except Exception:
+                pass
+        best = min(t for t in (t_torch, t_p3d, t_cl) if t is not None)
+        rows.append((B, N, D, k, fmt_ms(t_pcops), fmt_ms(t_torch), fmt_ms(t_p3d), fmt_ms(t_cl),
+                     f"{best / t_pcops:.2f}x", f"{agree:.4f}"))
+    for line in environment_header():
+        print(line)
+    print_table(f"kNN in feature space, {dev}, float32, self-kNN (ms, median)",
+                ["B", "N", "D", "k", "pcops", "torch", "pytorch3d", "cluster", "best/pcops",
+                 "agree"], rows, args.out)
+
+
+if __name__ == "__main__":
+    main()
