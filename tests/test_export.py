@@ -72,3 +72,18 @@ def test_export_with_a_dynamic_number_of_points(gen):
     xyz, lengths = rand_points(2, 200, gen), torch.tensor([200, 150])
     for e, g in zip(Preprocess()(xyz, lengths), exported.module()(xyz, lengths)):
         assert_equal(g, e, what="exported preprocess, another size")
+
+
+class KnnMetric(torch.nn.Module):
+    def forward(self, query, ref):
+        return pcops.knn(query, ref, 5, metric="cosine")
+
+
+def test_export_of_knn_of_any_dimension_with_a_metric(gen):
+    """knn's str argument (metric) and points of D != 3 survive export and reach the binding."""
+    query, ref = torch.rand(2, 12, 16, generator=gen), torch.rand(2, 50, 16, generator=gen)
+    exported = torch.export.export(KnnMetric(), (query, ref))
+    calls = [n for n in exported.graph.nodes if str(n.target).startswith("pcops.knn.")]
+    assert calls and "cosine" in [*calls[0].args, *calls[0].kwargs.values()], calls
+    for i, (e, g) in enumerate(zip(KnnMetric()(query, ref), exported.module()(query, ref))):
+        assert_equal(g, e, what=f"exported knn output {i}")
