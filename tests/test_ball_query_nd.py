@@ -337,3 +337,24 @@ def test_cuda_overflow_rule(cuda, gen, case):
         d_cu, j_cu = bq_dist2_op(query.cuda(), ref.cuda(), radius, S)
         assert_bits(j_cu, j_cpu, f"ball_query_dist2 idx (S = {S})")
         assert_bits(d_cu, d_cpu, f"ball_query_dist2 dist2 (S = {S})")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_dimension_3_matches_the_3d_paths(cuda, gen, dtype):
+    """On the GPU too: the new kernel at D = 3 (a zero coordinate added) has the bits of every
+    3-D path."""
+    query = features(2, 300, 3, gen, dtype).cuda()
+    ref = features(2, 20000, 3, gen, dtype).cuda()
+    zq = torch.zeros(2, 300, 1, dtype=dtype, device="cuda")
+    zr = torch.zeros(2, 20000, 1, dtype=dtype, device="cuda")
+    q4, r4 = torch.cat([query, zq], 2), torch.cat([ref, zr], 2)
+    for S in (8, 64):  # brute_split and split_sorted take S <= 64
+        idx4, cnt4 = bq_op(q4, r4, 0.3, S)
+        for path in ("brute", "grid", "brute_split", "split_sorted"):
+            idx3, cnt3 = force("ball_query", path, query, ref, 0.3, S, None, None)
+            assert_bits(idx4, idx3, f"idx vs the 3-D path '{path}' (S = {S})")
+            assert_bits(cnt4, cnt3, f"count vs the 3-D path '{path}' (S = {S})")
+        d3, i3 = bq_dist2_op(query, ref, 0.3, S)
+        d4, i4 = bq_dist2_op(q4, r4, 0.3, S)
+        assert_bits(i4, i3, f"ball_query_dist2 idx (S = {S})")
+        assert_bits(d4, d3, f"ball_query_dist2 dist2 (S = {S})")

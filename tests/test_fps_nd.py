@@ -285,3 +285,17 @@ def test_cuda_overflow_rule(cuda, gen, case):
     i_cu, d_cu = fps_op(xyz.cuda(), 100)
     assert_bits(i_cu, i_cpu, "idx")
     assert_bits(d_cu, d_cpu, "dist2")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_dimension_3_matches_the_3d_paths(cuda, gen, dtype):
+    """On the GPU too: the new kernel at D = 3 (a zero coordinate added) has the bits of the
+    3-D paths that AUTO takes there, for a cloud of each size class."""
+    for N, npoint in ((100, 50), (1000, 300), (5000, 600)):
+        xyz = features(2, N, 3, gen, dtype).cuda()
+        lengths = torch.tensor([N, N // 3], device="cuda")
+        i3, d3 = fps_op(xyz, npoint, lengths)
+        zeros = torch.zeros(2, N, 1, dtype=dtype, device="cuda")
+        i4, d4 = fps_op(torch.cat([xyz, zeros], 2), npoint, lengths)
+        assert_bits(i4, i3, f"idx, N = {N}")
+        assert_bits(d4, d3, f"dist2, N = {N}")
