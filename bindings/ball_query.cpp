@@ -1,6 +1,7 @@
 // ball_query.cpp -- bindings of ball_query and ball_query_dist2 (the same search in PyTorch3D's
 // layout, with distances): checks, allocation, dispatch to kernels/ball_query.* (and, for
-// ball_query_dist2, kernels/neighbor_dist2.*).
+// ball_query_dist2, kernels/neighbor_dist2.*) for D = 3, to kernels/ball_query_nd.* (both
+// layouts) for any other D >= 1.
 #include "utils.h"
 
 namespace pcops {
@@ -18,20 +19,21 @@ std::string sizes_of(int64_t B, int64_t M, int64_t N, int64_t nsample) {
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct BallQueryCall {
-    Tensor query;  // [B,M,3], float32 or float64 (half types upcast)
-    Tensor ref;    // [B,N,3], same dtype as query
+    Tensor query;  // [B,M,D], float32 or float64 (half types upcast), contiguous
+    Tensor ref;    // [B,N,D], same D and dtype as query
     std::optional<Tensor> query_lengths;
     std::optional<Tensor> ref_lengths;
     Tensor idx;        // [B,M,nsample] int64
     Tensor count;      // [B,M] int64
     double radius2;    // radius**2 in double; the kernels compare d < (T)radius2
-    int64_t B, M, N, nsample;
+    int64_t B, M, N, D, nsample;
 };
 
 BallQueryCall prepare(const Tensor& query, const Tensor& ref, double radius, int64_t nsample,
                       const std::optional<Tensor>& query_lengths,
                       const std::optional<Tensor>& ref_lengths, const char* op = kOp) {
-    QueryRef q = check_query_ref(op, query, ref, query_lengths, ref_lengths);
+    QueryRef q = check_query_ref(op, query, ref, query_lengths, ref_lengths, "query", "ref",
+                                 /*any_dim=*/true);
     check_radius(op, "radius", radius);
     check_positive(op, "nsample", nsample);
     check_output_elements(op, "nsample", {q.B, q.M, nsample}, 8, query);
@@ -39,6 +41,7 @@ BallQueryCall prepare(const Tensor& query, const Tensor& ref, double radius, int
     c.B = q.B;
     c.M = q.M;
     c.N = q.N;
+    c.D = q.query.size(2);
     c.nsample = nsample;
     c.radius2 = radius * radius;
     c.query_lengths = q.query_lengths;
@@ -50,6 +53,16 @@ BallQueryCall prepare(const Tensor& query, const Tensor& ref, double radius, int
     return c;
 }
 
+// Points of D != 3 coordinates take the kernels of any dimension (kernels/ball_query_nd.c,
+// ball_query_nd.cu): one path, the brute force. A forced path other than AUTO / BRUTE cannot
+// take them. D = 3 keeps the paths of the table (kernels/ball_query_paths.h).
+void check_nd_path(const char* forced, int64_t path, const BallQueryCall& c) {
+    if (forced != nullptr && path != PCOPS_BALL_QUERY_BRUTE)
+        forced_path_refused(kPathOp, forced,
+                            sizes_of(c.B, c.M, c.N, c.nsample) + ", D = " + std::to_string(c.D) +
+                                " (points of D != 3 take the brute force only)");
+}
+
 std::tuple<Tensor, Tensor> ball_query_cpu(const Tensor& query, const Tensor& ref, double radius,
                                           int64_t nsample,
                                           const std::optional<Tensor>& query_lengths,
@@ -59,6 +72,15 @@ std::tuple<Tensor, Tensor> ball_query_cpu(const Tensor& query, const Tensor& ref
     const char* forced = path == PCOPS_BALL_QUERY_AUTO
                              ? nullptr
                              : check_path(kPathOp, "ball_query", path, false, dtype);
+    if (c.D != 3) {
+        check_nd_path(forced, path, c);
+        check_status(kOp, pcops_ball_query_nd_cpu(
+                              dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                              ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B, c.M,
+                              c.N, c.D, c.radius2, c.nsample, data<int64_t>(c.idx),
+                              data<int64_t>(c.count), nullptr));
+        return {c.idx, c.count};
+    }
     const pcops_ball_query_path v = (pcops_ball_query_path)path;
     Tensor workspace = allocate(kOp, nullptr,
                                     {(int64_t)pcops_ball_query_cpu_workspace_bytes(
@@ -96,6 +118,16 @@ std::tuple<Tensor, Tensor> ball_query_dist2_cpu(const Tensor& query, const Tenso
     BallQueryCall c =
         prepare(query, ref, radius, nsample, query_lengths, ref_lengths, kOpDist2);
     const pcops_dtype dtype = to_pcops_dtype(dtype_of(c.query));
+    if (c.D != 3) {  // one pass writes both outputs in this layout
+        Tensor dist2 = allocate(kOpDist2, "nsample", c.idx.sizes(), dtype_of(c.query), c.query);
+        check_status(kOpDist2, pcops_ball_query_nd_cpu(
+                                   dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                                   ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths),
+                                   c.B, c.M, c.N, c.D, c.radius2, c.nsample,
+                                   data<int64_t>(c.idx), data<int64_t>(c.count),
+                                   dist2.data_ptr()));
+        return {dist2_in_query_dtype(dist2, query), c.idx};
+    }
     Tensor workspace = allocate(
         kOpDist2, nullptr,
         {(int64_t)pcops_ball_query_cpu_workspace_bytes(dtype, c.B, c.M, c.N, c.radius2,
@@ -126,6 +158,15 @@ std::tuple<Tensor, Tensor> ball_query_cuda(const Tensor& query, const Tensor& re
     const char* forced = path == PCOPS_BALL_QUERY_AUTO
                              ? nullptr
                              : check_path(kPathOp, "ball_query", path, true, dtype);
+    if (c.D != 3) {
+        check_nd_path(forced, path, c);
+        check_cuda(kOp, pcops_ball_query_nd_cuda(
+                            dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                            ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B, c.M,
+                            c.N, c.D, c.radius2, c.nsample, data<int64_t>(c.idx),
+                            data<int64_t>(c.count), nullptr, current_stream(query)));
+        return {c.idx, c.count};
+    }
     pcops_ball_query_cuda_plan plan;
     const cudaError_t err = pcops_ball_query_cuda_plan_make(
         dtype, c.B, c.M, c.N, c.radius2, c.nsample, (pcops_ball_query_path)path, &plan);
@@ -160,6 +201,16 @@ std::tuple<Tensor, Tensor> ball_query_dist2_cuda(const Tensor& query, const Tens
         prepare(query, ref, radius, nsample, query_lengths, ref_lengths, kOpDist2);
     pcops_ball_query_cuda_plan plan;
     const pcops_dtype dtype = to_pcops_dtype(dtype_of(c.query));
+    if (c.D != 3) {  // one pass writes both outputs in this layout
+        Tensor dist2 = allocate(kOpDist2, "nsample", c.idx.sizes(), dtype_of(c.query), c.query);
+        check_cuda(kOpDist2, pcops_ball_query_nd_cuda(
+                                 dtype, c.query.data_ptr(), c.ref.data_ptr(),
+                                 ptr_or_null(c.query_lengths), ptr_or_null(c.ref_lengths), c.B,
+                                 c.M, c.N, c.D, c.radius2, c.nsample, data<int64_t>(c.idx),
+                                 data<int64_t>(c.count), dist2.data_ptr(),
+                                 current_stream(query)));
+        return {dist2_in_query_dtype(dist2, query), c.idx};
+    }
     check_cuda(kOpDist2, pcops_ball_query_cuda_plan_make(dtype, c.B, c.M, c.N, c.radius2,
                                                          c.nsample, PCOPS_BALL_QUERY_AUTO, &plan));
     Tensor workspace = workspace_tensor(kOpDist2, plan.workspace_bytes, c.query);

@@ -1,8 +1,9 @@
 // fps.cpp -- binding of furthest_point_sample: shape/dtype/device/size checks, allocation,
-// dispatch to kernels/fps.*. The values of `start` are checked exactly where that is free (on the
-// CPU; on CUDA in debug mode): start[b] in [0, lengths[b]). Unchecked, on CUDA, the kernels take
-// start modulo lengths[b], so no device read is needed (pcops/fps.py draws random_start=True
-// within the lengths, on the device).
+// dispatch to kernels/fps.* (D = 3) or kernels/fps_nd.* (any other D >= 1). The values of
+// `start` are checked exactly where that is free (on the CPU; on CUDA in debug mode): start[b]
+// in [0, lengths[b]). Unchecked, on CUDA, the kernels take start modulo lengths[b], so no
+// device read is needed (pcops/fps.py draws random_start=True within the lengths, on the
+// device).
 #include <climits>
 
 #include "utils.h"
@@ -20,12 +21,12 @@ Tensor dist2_in_input_dtype(const Tensor& dist2, const Tensor& xyz) {
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct FpsCall {
-    Tensor xyz;  // [B,N,3], float32 or float64 (half types upcast)
+    Tensor xyz;  // [B,N,D], float32 or float64 (half types upcast), contiguous
     std::optional<Tensor> lengths;
     std::optional<Tensor> start;
     Tensor idx;    // [B,npoint] int64
     Tensor dist2;  // [B,npoint], in the compute dtype
-    int64_t B, N, npoint;
+    int64_t B, N, D, npoint;
 };
 
 // Outputs [B, npoint] of int64 and of the compute dtype; a ValueError naming npoint when they
@@ -57,11 +58,15 @@ void check_start_values(const FpsCall& c) {
 
 FpsCall prepare(const Tensor& xyz, int64_t npoint, const std::optional<Tensor>& lengths,
                 const std::optional<Tensor>& start) {
-    check_float_tensor(kOp, "xyz", xyz, 3, 3, "[B, N, 3]");
+    check_float_tensor(kOp, "xyz", xyz, 3, -1, "[B, N, D] with D >= 1");
+    PCOPS_CHECK_VALUE(xyz.size(2) >= 1, "pcops.", kOp,
+                      ": argument 'xyz' must be a tensor of shape [B, N, D] with D >= 1, got ",
+                      describe(xyz));
     check_positive(kOp, "npoint", npoint);
     FpsCall c;
     c.B = xyz.size(0);
     c.N = xyz.size(1);
+    c.D = xyz.size(2);
     c.npoint = npoint;
     check_points_per_cloud(kOp, "xyz", c.N, "N");  // before any contiguous copy
     c.lengths = check_lengths(kOp, "lengths", lengths, c.B, c.N, xyz, "xyz");
@@ -80,6 +85,17 @@ FpsCall prepare(const Tensor& xyz, int64_t npoint, const std::optional<Tensor>& 
 
 constexpr const char* kPathOp = "_furthest_point_sample_path";
 
+// Points of D != 3 coordinates take the kernels of any dimension (kernels/fps_nd.c,
+// fps_nd.cu): one path, the simple one. A forced path other than AUTO / SIMPLE cannot take
+// them. D = 3 keeps the paths of the table (kernels/fps_paths.h).
+void check_nd_path(const char* forced, int64_t path, const FpsCall& c) {
+    if (forced != nullptr && path != PCOPS_FPS_SIMPLE)
+        forced_path_refused(kPathOp, forced,
+                            "B = " + std::to_string(c.B) + ", N = " + std::to_string(c.N) +
+                                ", D = " + std::to_string(c.D) +
+                                " (points of D != 3 take the simple path only)");
+}
+
 // path: a pcops_fps_path (0 = AUTO, by size). The public op passes AUTO; the private op
 // _furthest_point_sample_path forces one for tests and benchmarks.
 std::tuple<Tensor, Tensor> fps_cpu(const Tensor& xyz, int64_t npoint,
@@ -90,6 +106,16 @@ std::tuple<Tensor, Tensor> fps_cpu(const Tensor& xyz, int64_t npoint,
     const char* forced = path == PCOPS_FPS_AUTO
                              ? nullptr
                              : check_path(kPathOp, "furthest_point_sample", path, false, dtype);
+    if (c.D != 3) {
+        check_nd_path(forced, path, c);
+        Tensor workspace = workspace_tensor(
+            kOp, pcops_fps_nd_workspace_bytes(dtype, c.B, c.N), c.xyz);
+        check_status(kOp, pcops_fps_nd_cpu(dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
+                                           ptr_or_null(c.start), c.B, c.N, c.D, c.npoint,
+                                           workspace_ptr(workspace), data<int64_t>(c.idx),
+                                           c.dist2.data_ptr()));
+        return {c.idx, dist2_in_input_dtype(c.dist2, xyz)};
+    }
     const int64_t workspace_bytes = (int64_t)pcops_fps_workspace_bytes(dtype, c.B, c.N);
     Tensor workspace =
         allocate(kOp, nullptr, {workspace_bytes}, ScalarType::Byte, c.xyz);
@@ -120,6 +146,16 @@ std::tuple<Tensor, Tensor> fps_cuda(const Tensor& xyz, int64_t npoint,
     const char* forced = path == PCOPS_FPS_AUTO
                              ? nullptr
                              : check_path(kPathOp, "furthest_point_sample", path, true, dtype);
+    if (c.D != 3) {
+        check_nd_path(forced, path, c);
+        Tensor workspace = workspace_tensor(
+            kOp, pcops_fps_nd_workspace_bytes(dtype, c.B, c.N), c.xyz);
+        check_cuda(kOp, pcops_fps_nd_cuda(dtype, c.xyz.data_ptr(), ptr_or_null(c.lengths),
+                                          ptr_or_null(c.start), c.B, c.N, c.D, c.npoint,
+                                          workspace_ptr(workspace), data<int64_t>(c.idx),
+                                          c.dist2.data_ptr(), current_stream(xyz)));
+        return {c.idx, dist2_in_input_dtype(c.dist2, xyz)};
+    }
     pcops_fps_cuda_plan plan;
     cudaError_t err = pcops_fps_cuda_make_plan(dtype, c.B, c.N, c.npoint, (int)path, &plan);
     if (err != cudaSuccess && forced != nullptr)

@@ -9,7 +9,8 @@
 #include "utils.h"
 
 STABLE_TORCH_LIBRARY(pcops, m) {
-    // xyz[B,N,3] -> idx[B,npoint] int64, dist2[B,npoint] (xyz's dtype). Greedy FPS from
+    // xyz[B,N,D] (any D >= 1; D = 3 has its own paths) -> idx[B,npoint] int64,
+    // dist2[B,npoint] (xyz's dtype). Greedy FPS from
     // start[b] (default 0), which must lie in [0, lengths[b]): checked on the CPU (on CUDA in
     // debug mode; unchecked, it is taken mod lengths[b]); pcops.furthest_point_sample draws
     // random_start=True on the device. dist2[b,j] is the coverage radius (squared) when sample j
@@ -25,8 +26,9 @@ STABLE_TORCH_LIBRARY(pcops, m) {
         "knn(Tensor query, Tensor ref, int k, Tensor? query_lengths=None, "
         "Tensor? ref_lengths=None, str metric=\"l2\") -> (Tensor dist2, Tensor idx)");
 
-    // -> idx[B,M,nsample] int64, count[B,M] int64: the first nsample valid refs in index order
-    // with squared distance < radius**2; empty slots repeat the first one found; -1 if none.
+    // query[B,M,D], ref[B,N,D] (any D >= 1; D = 3 has its own paths) -> idx[B,M,nsample]
+    // int64, count[B,M] int64: the first nsample valid refs in index order with squared
+    // distance < radius**2; empty slots repeat the first one found; -1 if none.
     m.def(
         "ball_query(Tensor query, Tensor ref, float radius, int nsample, "
         "Tensor? query_lengths=None, Tensor? ref_lengths=None) -> (Tensor idx, Tensor count)");
