@@ -11,6 +11,12 @@
 #include <stdexcept>
 #include <vector>
 
+// Torch headers before STABLE_TORCH_ERROR_CODE_CHECK (2.10, 2.11) have only the header-only
+// check, whose message names the failed call but not the shim's error text.
+#ifndef STABLE_TORCH_ERROR_CODE_CHECK
+#define STABLE_TORCH_ERROR_CODE_CHECK(call) TORCH_ERROR_CODE_CHECK(call)
+#endif
+
 namespace pcops {
 
 // ---- Errors ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 # What runs where (the default; the whole suite takes ~16-19 min per venv on the 2-core CI
 # machine, so it runs once, where a rebuild-free install matters most):
 #   - torch 2.10 (TORCH_OLD): the WHOLE CPU suite, against the wheel built with the newest torch;
+#     and bindings/*.cpp compiled (syntax only) against its headers, as a source build would;
 #   - newest torch (TORCH_NEW): only tests/test_package.py, tests/test_stable_abi.py and
 #     tests/test_export.py (packaging, the stable-ABI error mapping, torch.export). The rest of
 #     the CPU suite against the newest torch is run by CI's main step (.ci/run), from the source
@@ -89,6 +90,27 @@ import os, sys, torch, pcops
 print('CI wheel: torch', torch.__version__, '| pcops', pcops.__version__, 'from', os.path.dirname(pcops.__file__))
 sys.exit(0 if pcops.__file__.startswith(sys.prefix) else 1)
 ")
+    if [ $which = old ]; then
+        # A source build against this torch too: the bindings compile with its headers (the
+        # wheel above was compiled against the newest torch; a newer header's names must not
+        # creep in). Syntax only, CPU and CUDA variants, setup.py's defines.
+        stamp "bindings/*.cpp against the headers of $spec (g++ -fsyntax-only)"
+        tinc=$("$venv/bin/python" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'include'))")
+        pinc=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+        tver=$(printf '0x%02x%02x000000000000' "${target%%.*}" "${target#*.}")
+        cuda_inc=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")/include
+        for f in bindings/*.cpp; do
+            for cuda in "" "-DPCOPS_WITH_CUDA -DUSE_CUDA -I$cuda_inc"; do
+                # shellcheck disable=SC2086
+                if ! ${CXX:-g++} -std=c++17 -fsyntax-only -DTORCH_TARGET_VERSION="$tver" \
+                    -DTORCH_STABLE_ONLY -DPy_LIMITED_API=0x030a0000 -fvisibility=hidden $cuda -I"$tinc" \
+                    -Ikernels -Ibindings -I"$pinc" "$f"; then
+                    echo "CI wheel: $f does not compile against the headers of $spec ${cuda:+(CUDA)}"
+                    status=1
+                fi
+            done
+        done
+    fi
     stamp "CPU tests against the wheel, $spec: pytest ${args[*]}"
     if ! (cd "$work/src" && env -u PYTEST_ADDOPTS "$venv/bin/python" -m pytest -p no:cacheprovider "${args[@]}"); then
         echo "CI wheel: the tests FAILED with $spec"

@@ -14,9 +14,18 @@ eager PyTorch returns:
 Without --runner it builds run_model first (examples/aoti/build.sh, into DIR/build). The pcops
 outputs must match eager bit for bit; the classifier's predictions must match and its logits
 agree to 1e-4 (Inductor fuses and reorders the float arithmetic of the MLPs). Exits 1 otherwise.
+
+On Linux the packages' shared libraries are linked with -Bsymbolic (--no-symbolic: not), through a
+small wrapper of the C++ compiler that Inductor runs (symbolic_compiler). torch's libraries
+export their own instantiations of libstdc++ templates (std::regex among them); in a program
+that links libtorch, a package compiled by a newer g++ than torch's would have its calls bound
+to those, from another compiler version, and can crash on loading (seen with torch 2.11's wheel
+and g++ 13: a segfault in the package's device-string regex). -Bsymbolic binds the package's
+calls to its own copies. A package built this way runs with any libtorch of its torch version.
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -89,6 +98,30 @@ def read_tensors(folder, list_name):
     return out
 
 
+def symbolic_compiler(out):
+    """Points Inductor's C++ compiler at a wrapper (in out/cxx, named like the compiler, so that
+    Inductor recognises its kind) that adds -Wl,-Bsymbolic to shared-library links; the path of
+    the wrapper, or None where this does not apply (not Linux, no compiler found)."""
+    import torch._inductor.config as inductor_config
+
+    cxx = os.environ.get("CXX", "g++")
+    real = shutil.which(cxx)
+    if not sys.platform.startswith("linux") or real is None:
+        return None
+    folder = os.path.join(out, "cxx")
+    os.makedirs(folder, exist_ok=True)
+    wrapper = os.path.join(folder, os.path.basename(real))
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\n"
+                "# Inductor's C++ compiler, with -Bsymbolic for shared libraries (export.py)\n"
+                f'case " $* " in *" -shared "*) exec "{real}" "$@" -Wl,-Bsymbolic;; esac\n'
+                f'exec "{real}" "$@"\n')
+    os.chmod(wrapper, 0o755)
+    inductor_config.cpp.cxx = (None, wrapper)
+    os.environ["CXX"] = wrapper  # Inductor's compile workers read their compiler from CXX
+    return wrapper
+
+
 def build_runner(out):
     build_dir = os.path.join(out, "build")
     subprocess.run(["bash", os.path.join(ROOT, "examples", "aoti", "build.sh"), build_dir],
@@ -120,10 +153,14 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "aoti"))
     parser.add_argument("--runner", help="a built run_model (default: build it)")
     parser.add_argument("--checkpoint", help="a models.train checkpoint for the classifier")
+    parser.add_argument("--no-symbolic", action="store_true",
+                        help="link the packages as Inductor does by default (no -Bsymbolic)")
     args = parser.parse_args(argv)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     runner = args.runner or build_runner(out)
+    if not args.no_symbolic:
+        symbolic_compiler(out)
     failed = False
     for name, (module, inputs) in programs(args.device, args.checkpoint).items():
         t0 = time.perf_counter()
