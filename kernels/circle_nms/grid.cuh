@@ -31,8 +31,8 @@
  *          scans the boxes of its 9 neighbour buckets, from each cursor up to its own position:
  *          the first undecided pred makes it wait, a kept pred removes it, and with neither it
  *          is kept (a thread's scan reads up to kGridScanBudget boxes; the boxes of longer
- *          ones are listed, and after a barrier each is scanned again by a warp, 32 boxes a
- *          step);
+ *          ones are listed, and after a barrier each is scanned again by a warp,
+ *          kGridWarpChunks * 32 boxes a step);
  *        pull: every undecided box reads the first kGridWindow boxes of its 9 buckets from
  *          their cursors (where this round's kept boxes are) and is removed by a kept pred;
  *        advance: each bucket's cursor moves to its first undecided box; the undecided boxes
@@ -62,7 +62,7 @@
  * Work: a round costs the put-forward boxes' scans (at most 9 buckets up to their position,
  * most ending at the first undecided pred; where a dense pile lies just beyond the radius of a
  * box, or many removed boxes precede it, a scan passes thousands of boxes, which a warp reads
- * 32 at a time), 9 * kGridWindow reads per undecided box (pull) and
+ * 128 at a time), 9 * kGridWindow reads per undecided box (pull) and
  * one per box (cursors): O(N). Random scores take tens of rounds; a chain of preds along the
  * visiting order (boxes on a line visited along it) decides a box or two a round, and the
  * finish takes it 64 at a time. Workspace O(N) (grid_layout), L2-resident at the sizes that
@@ -222,7 +222,7 @@ __host__ __device__ inline GridBox<T> grid_box(const GridCells& c, T x, T y, int
 // Evaluate, for the box at bucket-order index s: kept, removed, or left undecided (waiting).
 // The scan reads at most `budget` boxes; past that it returns false having decided nothing, and
 // the caller runs the scan again in full (grid_evaluate_warp on the device: a pile of boxes in
-// a neighbour cell, all more than a radius away or removed, is read 32 at a time by a warp
+// a neighbour cell, all more than a radius away or removed, is read 128 at a time by a warp
 // instead of one at a time by a thread). True when the box was done (or is not put forward).
 template <typename T>
 __host__ __device__ inline bool grid_evaluate(const GridView<T>& v, const GridCells& c,
