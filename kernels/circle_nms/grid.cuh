@@ -13,16 +13,14 @@
  * what as many spread boxes cost.
  *
  * What it does (kernels in launch order):
- *   a. nms_score_keys_kernel + a stable radix sort (ties keep the lower index first; one
- *      thread block up to kGridBlockSortMax boxes, cub::DeviceRadixSort above) -> order
- *      (int32, position -> box);
+ *   a. nms_score_keys_kernel + cub::DeviceRadixSort::SortPairs (stable: ties keep the lower
+ *      index first) -> order (int32, position -> box);
  *   b. nms_grid_gather_kernel: centres (and groups) into visiting order; the bounding box of
  *      the finite centres by atomics (its low corner is the origin of the cells);
  *   c. nms_grid_keys_kernel: cells of width radius * (1 + 2**-10) on each axis (wider only
  *      where an axis would need more than 2**30 of them: grid_cells_of), cell (cx, cy) of group
- *      g in bucket hash(cx, cy, g) of B = 2**k >= 2N buckets; a sort by bucket (one block or
- *      cub's, as in a; stable: positions ascend within a bucket), non-finite centres after
- *      every bucket;
+ *      g in bucket hash(cx, cy, g) of B = 2**k >= 2N buckets; a cub sort by bucket (stable:
+ *      positions ascend within a bucket), non-finite centres after every bucket;
  *   d. nms_grid_cells_kernel: the boxes in bucket order and bucket_begin[] (a binary search per
  *      bucket);
  *   e. nms_grid_init_kernel: every finite box undecided, every non-finite one kept (it is within
@@ -74,7 +72,6 @@
 #pragma once
 
 #include <cooperative_groups.h>
-#include <cub/block/block_radix_sort.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common.cuh"
@@ -776,72 +773,6 @@ nms_grid_output_kernel(const uint8_t* __restrict__ state, const int32_t* __restr
 }
 
 // ------------------------------------------------------------------------------------------
-// The two sorts at small N: one thread block
-//
-// cub's device-wide radix sort costs a few kernels and memsets per call, whatever N, which is
-// most of the grid path's fixed cost at a few thousand boxes. Up to kGridBlockSortMax pairs, a
-// sort is instead one block of kGridSortThreads threads, kGridSortItems pairs each in
-// registers, ranked and exchanged through shared memory (cub::BlockRadixSort). Both sorts are
-// stable and order by the same key bits, so the two give the same order.
-
-constexpr int kGridSortThreads = 1024;
-constexpr int kGridSortItems = 16;
-constexpr int64_t kGridBlockSortMax = (int64_t)kGridSortThreads * kGridSortItems;
-
-template <typename K>
-using GridBlockSort = cub::BlockRadixSort<K, kGridSortThreads, kGridSortItems, int32_t>;
-
-// Sorts the n pairs (keys_in[i] narrowed to K, vals_in[i], or i where vals_in is NULL) by key
-// bits [0, end_bit), stably; writes vals_out and, where given, keys_out. Thread t holds pairs
-// kGridSortItems * t .. + kGridSortItems - 1 (the blocked arrangement, whose order the stable
-// sort keeps); pads (all key bits set) sort after every pair.
-template <typename KIn, typename K>
-__global__ void __launch_bounds__(kGridSortThreads)
-nms_grid_block_sort_kernel(const KIn* __restrict__ keys_in, const int32_t* __restrict__ vals_in,
-                           K* __restrict__ keys_out, int32_t* __restrict__ vals_out, int n,
-                           int end_bit) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    auto& temp = *reinterpret_cast<typename GridBlockSort<K>::TempStorage*>(smem);
-    K keys[kGridSortItems];
-    int32_t vals[kGridSortItems];
-#pragma unroll
-    for (int e = 0; e < kGridSortItems; ++e) {
-        const int i = threadIdx.x * kGridSortItems + e;
-        keys[e] = i < n ? (K)keys_in[i] : ~K(0);
-        vals[e] = i < n && vals_in ? vals_in[i] : i;
-    }
-    GridBlockSort<K>(temp).Sort(keys, vals, 0, end_bit);
-#pragma unroll
-    for (int e = 0; e < kGridSortItems; ++e) {
-        const int i = threadIdx.x * kGridSortItems + e;
-        if (i < n) {
-            vals_out[i] = vals[e];
-            if (keys_out) keys_out[i] = keys[e];
-        }
-    }
-}
-
-// The one-block sort where it can run: n <= kGridBlockSortMax and its shared memory fits this
-// device (*ran false otherwise: the caller sorts with cub's device-wide sort).
-template <typename KIn, typename K>
-cudaError_t grid_block_sort(const KIn* keys_in, const int32_t* vals_in, K* keys_out,
-                            int32_t* vals_out, int64_t n, int end_bit, cudaStream_t stream,
-                            bool* ran) {
-    static SmemOptIn cache;
-    int bytes = 0, blocks = 0;
-    *ran = false;
-    const size_t need = sizeof(typename GridBlockSort<K>::TempStorage);
-    if (n > kGridBlockSortMax) return cudaSuccess;
-    cudaError_t err = opt_into_shared(nms_grid_block_sort_kernel<KIn, K>, kGridSortThreads, cache,
-                                      &bytes, &blocks);
-    if (err != cudaSuccess || need > (size_t)bytes) return err;
-    nms_grid_block_sort_kernel<KIn, K><<<1, kGridSortThreads, need, stream>>>(
-        keys_in, vals_in, keys_out, vals_out, (int)n, end_bit);
-    *ran = true;
-    return cudaGetLastError();
-}
-
-// ------------------------------------------------------------------------------------------
 // launcher
 
 int score_end_bit(pcops_dtype score_dtype) { return score_dtype == PCOPS_FLOAT64 ? 64 : 32; }
@@ -963,17 +894,10 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
     nms_score_keys_kernel<S><<<blocks, kGridThreads, 0, stream>>>(scores, N, w.keys_in,
                                                                   w.pos_in, w.bbox);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    // stable: equal keys keep the index order, so ties go to the lower index
-    bool sorted = false;
-    err = score_dtype == PCOPS_FLOAT64
-              ? grid_block_sort(w.keys_in, (const int32_t*)nullptr, (uint64_t*)nullptr, w.order, N,
-                                64, stream, &sorted)
-              : grid_block_sort(w.keys_in, (const int32_t*)nullptr, (uint32_t*)nullptr, w.order, N,
-                                32, stream, &sorted);
-    if (err == cudaSuccess && !sorted)
-        err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.keys_in, w.keys_out,
-                                              w.pos_in, w.order, (int)N, 0,
-                                              score_end_bit(score_dtype), stream);
+    // stable: equal keys keep the index order of pos_in, so ties go to the lower index
+    err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.keys_in, w.keys_out,
+                                          w.pos_in, w.order, (int)N, 0,
+                                          score_end_bit(score_dtype), stream);
     if (err != cudaSuccess) return err;
     nms_grid_gather_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
         centers, D, w.order, groups, N, xs, ys, gs, w.bbox);
@@ -981,10 +905,8 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
         xs, ys, gs, N, w.bbox, r2, (uint32_t)(B - 1), w.cells, w.ckey, w.cpos);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     // stable: positions ascend within a bucket
-    err = grid_block_sort(w.ckey, w.cpos, w.skey, w.spos, N, w.key_bits, stream, &sorted);
-    if (err == cudaSuccess && !sorted)
-        err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.ckey, w.skey, w.cpos,
-                                              w.spos, (int)N, 0, w.key_bits, stream);
+    err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.ckey, w.skey, w.cpos,
+                                          w.spos, (int)N, 0, w.key_bits, stream);
     if (err != cudaSuccess) return err;
     nms_grid_cells_kernel<T><<<grid_blocks((N > B ? N : B) + 1), kGridThreads, 0, stream>>>(
         w.skey, w.spos, N, B, xs, ys, gs, w.bucket_begin, sx, sy, sg);
