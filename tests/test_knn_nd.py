@@ -143,7 +143,9 @@ def test_float32_against_float64(gen, D):
     assert_close(dist.double(), got, atol=0, rtol=(D + 3) * 2.0**-24, what="dist vs float64")
     gaps = ex_d[..., 1 : k + 1] - ex_d[..., :k]
     clear = (gaps > 2 * (bound[..., 1:] + bound[..., :-1])).all(-1)  # rows with no near-tie
-    assert clear.float().mean() > 0.5, "too few rows without near-ties to test"
+    # at D = 1024 the k nearest of 200 normal points lie close together (about half the rows
+    # have a gap within the bound), so the test asks for a fifth of the 60 rows: P(fail) ~ 1e-6
+    assert clear.float().mean() > 0.2, "too few rows without near-ties to test"
     assert_equal(idx[clear], ex_i[..., :k][clear], what="idx of rows without near-ties")
     # where near-ties exist, the chosen refs are still among the k nearest up to the bound
     assert (got[..., -1] <= ex_d[..., k - 1] + 2 * bound[..., k - 1]).all()
