@@ -13,18 +13,18 @@
 // second one. N = 0 launches nothing. Half
 // inputs are upcast first (exact: same order, same ties).
 //
+// Under torch.cuda.set_sync_debug_mode (read by pcops' call hook, utils.h) circle_nms raises
+// before launching in mode "error" and waits through torch's stream synchronisation, which
+// warns, in mode "warn".
+//
 // Autograd: the outputs are int64 / bool, so nothing is differentiable; a fallthrough for the
-// Autograd key keeps the call in C++ (inputs that require grad are accepted, the outputs come
-// back without grad_fn).
-#include <torch/library.h>
-
+// Autograd key (registered in pcops/_loader.py) keeps the call in C++ (inputs that require
+// grad are accepted, the outputs come back without grad_fn).
 #include <algorithm>
 
 #include "utils.h"
 
 #ifdef PCOPS_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-
 #include <chrono>
 #endif
 
@@ -33,17 +33,17 @@ namespace {
 
 // Checked, contiguous inputs in the compute dtypes.
 struct NmsInputs {
-    at::Tensor centers;                // [N,D], D in {2, 3}, float32 or float64
-    at::Tensor scores;                 // [N] float32 or float64
-    std::optional<at::Tensor> groups;  // [N] int64
+    Tensor centers;                // [N,D], D in {2, 3}, float32 or float64
+    Tensor scores;                 // [N] float32 or float64
+    std::optional<Tensor> groups;  // [N] int64
     int64_t N, D;
     double radius2;
 };
 
-NmsInputs prepare(const char* op, const at::Tensor& centers, const at::Tensor& scores,
-                  double radius, const std::optional<at::Tensor>& groups) {
+NmsInputs prepare(const char* op, const Tensor& centers, const Tensor& scores, double radius,
+                  const std::optional<Tensor>& groups) {
     check_float_tensor(op, "centers", centers, 2, -1, "[N, 2] or [N, 3]");
-    TORCH_CHECK_VALUE(centers.size(1) == 2 || centers.size(1) == 3, "pcops.", op,
+    PCOPS_CHECK_VALUE(centers.size(1) == 2 || centers.size(1) == 3, "pcops.", op,
                       ": argument 'centers' must be a tensor of shape [N, 2] or [N, 3], got ",
                       describe(centers));
     NmsInputs c;
@@ -55,7 +55,7 @@ NmsInputs prepare(const char* op, const at::Tensor& centers, const at::Tensor& s
     check_radius(op, "radius", radius);
     c.radius2 = radius * radius;
     if (groups.has_value() && groups->defined()) {
-        const at::Tensor& g = *groups;
+        const Tensor& g = *groups;
         check_index_tensor(op, "groups", g, 1, "[N]");
         check_size(op, "groups", g, 0, c.N, "the number of boxes N of 'centers'");
         check_same_device(op, "groups", g, "centers", centers);
@@ -71,24 +71,21 @@ NmsInputs prepare(const char* op, const at::Tensor& centers, const at::Tensor& s
 
 // keep_mask (when wanted), keep_idx (when wanted), the count.
 struct NmsCpuResult {
-    at::Tensor keep_mask, keep_idx;
+    Tensor keep_mask, keep_idx;
     int64_t num_kept = 0;
 };
 
 NmsCpuResult run_cpu(const char* op, const NmsInputs& c, bool want_mask, bool want_idx) {
     NmsCpuResult r;
-    const auto opts = c.centers.options();
-    if (want_mask) r.keep_mask = allocate(op, "centers", {c.N}, opts.dtype(at::kBool));
-    if (want_idx) r.keep_idx = allocate(op, "centers", {c.N}, opts.dtype(at::kLong));
-    pcops_dtype dtype = to_pcops_dtype(c.centers.scalar_type());
-    const int64_t workspace_bytes = (int64_t)pcops_circle_nms_workspace_bytes(dtype, c.N);
-    at::Tensor workspace = allocate(op, nullptr, {workspace_bytes}, opts.dtype(at::kByte));
+    if (want_mask) r.keep_mask = allocate(op, "centers", {c.N}, ScalarType::Bool, c.centers);
+    if (want_idx) r.keep_idx = allocate(op, "centers", {c.N}, ScalarType::Long, c.centers);
+    pcops_dtype dtype = to_pcops_dtype(dtype_of(c.centers));
+    Tensor workspace = workspace_tensor(op, pcops_circle_nms_workspace_bytes(dtype, c.N), c.centers);
     check_status(op, pcops_circle_nms_cpu(
-                         dtype, c.centers.data_ptr(), c.D,
-                         to_pcops_dtype(c.scores.scalar_type()), c.scores.data_ptr(),
-                         ptr_or_null(c.groups), c.N, c.radius2, workspace.data_ptr(),
-                         want_mask ? r.keep_mask.data_ptr<bool>() : nullptr,
-                         want_idx ? r.keep_idx.data_ptr<int64_t>() : nullptr, &r.num_kept));
+                         dtype, c.centers.data_ptr(), c.D, to_pcops_dtype(dtype_of(c.scores)),
+                         c.scores.data_ptr(), ptr_or_null(c.groups), c.N, c.radius2,
+                         workspace_ptr(workspace), want_mask ? data<bool>(r.keep_mask) : nullptr,
+                         want_idx ? data<int64_t>(r.keep_idx) : nullptr, &r.num_kept));
     return r;
 }
 
@@ -97,15 +94,15 @@ int64_t output_size(int64_t num_kept, int64_t max_out) {
     return max_out > 0 ? std::min(num_kept, max_out) : num_kept;
 }
 
-at::Tensor circle_nms_cpu(const at::Tensor& centers, const at::Tensor& scores, double radius,
-                          int64_t max_out, const std::optional<at::Tensor>& groups) {
+Tensor circle_nms_cpu(const Tensor& centers, const Tensor& scores, double radius, int64_t max_out,
+                      const std::optional<Tensor>& groups) {
     NmsCpuResult r = run_cpu("circle_nms", prepare("circle_nms", centers, scores, radius, groups),
                              false, true);
-    return r.keep_idx.narrow(0, 0, output_size(r.num_kept, max_out));
+    return reshaped_view(r.keep_idx, {output_size(r.num_kept, max_out)});  // keep_idx[:K]
 }
 
-at::Tensor circle_nms_mask_cpu(const at::Tensor& centers, const at::Tensor& scores,
-                               double radius, const std::optional<at::Tensor>& groups) {
+Tensor circle_nms_mask_cpu(const Tensor& centers, const Tensor& scores, double radius,
+                           const std::optional<Tensor>& groups) {
     return run_cpu("circle_nms_mask",
                    prepare("circle_nms_mask", centers, scores, radius, groups), true, false)
         .keep_mask;
@@ -114,14 +111,17 @@ at::Tensor circle_nms_mask_cpu(const at::Tensor& centers, const at::Tensor& scor
 // _circle_nms_path: the whole result of one path (kernels/circle_nms_paths.h), for the tests.
 constexpr const char* kPathOp = "_circle_nms_path";
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_path_cpu(
-    const at::Tensor& centers, const at::Tensor& scores, double radius,
-    const std::optional<at::Tensor>& groups, int64_t path) {
+std::tuple<Tensor, Tensor, Tensor> circle_nms_path_cpu(const Tensor& centers, const Tensor& scores,
+                                                       double radius,
+                                                       const std::optional<Tensor>& groups,
+                                                       int64_t path) {
     NmsInputs c = prepare(kPathOp, centers, scores, radius, groups);
     if (path != PCOPS_CIRCLE_NMS_AUTO)
-        check_path(kPathOp, "circle_nms", path, false, to_pcops_dtype(c.centers.scalar_type()));
+        check_path(kPathOp, "circle_nms", path, false, to_pcops_dtype(dtype_of(c.centers)));
     NmsCpuResult r = run_cpu(kPathOp, c, true, true);
-    return {r.keep_mask, r.keep_idx, at::full({1}, r.num_kept, r.keep_idx.options())};
+    Tensor num_kept = allocate(kPathOp, "centers", {1}, ScalarType::Long, c.centers);
+    *data<int64_t>(num_kept) = r.num_kept;
+    return {r.keep_mask, r.keep_idx, num_kept};
 }
 
 // ------------------------------------------------------------------------------------------
@@ -131,31 +131,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_path_cpu(
 // The workspace bytes of `path` (AUTO: by size) for the inputs; a forced path that cannot take
 // them raises.
 size_t cuda_workspace_bytes(const char* op, const NmsInputs& c, int64_t path) {
-    TORCH_CHECK_VALUE(c.N <= PCOPS_CIRCLE_NMS_CUDA_MAX, "pcops.", op,
+    PCOPS_CHECK_VALUE(c.N <= PCOPS_CIRCLE_NMS_CUDA_MAX, "pcops.", op,
                       ": argument 'centers' must hold at most ", PCOPS_CIRCLE_NMS_CUDA_MAX,
                       " boxes on CUDA, got ", describe(c.centers));
     if (path != PCOPS_CIRCLE_NMS_AUTO) {
         const char* name =
-            check_path(op, "circle_nms", path, true, to_pcops_dtype(c.centers.scalar_type()));
+            check_path(op, "circle_nms", path, true, to_pcops_dtype(dtype_of(c.centers)));
         const bool fits =
             (path != PCOPS_CIRCLE_NMS_BLOCK || c.N <= PCOPS_CIRCLE_NMS_CUDA_BLOCK_MAX) &&
             (path != PCOPS_CIRCLE_NMS_FLOW || c.N <= PCOPS_CIRCLE_NMS_CUDA_FLOW_MAX);
         if (!fits) forced_path_refused(op, name, "N = " + std::to_string(c.N));
     }
-    return pcops_circle_nms_cuda_workspace_bytes(to_pcops_dtype(c.centers.scalar_type()),
-                                                 to_pcops_dtype(c.scores.scalar_type()), c.N,
-                                                 (int)path);
+    return pcops_circle_nms_cuda_workspace_bytes(
+        to_pcops_dtype(dtype_of(c.centers)), to_pcops_dtype(dtype_of(c.scores)), c.N, (int)path);
 }
 
 // Launches the NMS of `path` on the current stream with `workspace` (cuda_workspace_bytes of
 // it). Any of the three output pointers may be null. No host synchronisation.
 void launch_cuda(const char* op, const NmsInputs& c, int64_t path, void* workspace,
                  bool* keep_mask, int64_t* keep_idx, int64_t* num_kept) {
-    check_cuda(op, pcops_circle_nms_cuda_path(
-                       to_pcops_dtype(c.centers.scalar_type()), c.centers.data_ptr(), c.D,
-                       to_pcops_dtype(c.scores.scalar_type()), c.scores.data_ptr(),
-                       ptr_or_null(c.groups), c.N, c.radius2, workspace, keep_mask, keep_idx,
-                       num_kept, (int)path, at::cuda::getCurrentCUDAStream()));
+    check_cuda(
+        op, pcops_circle_nms_cuda_path(to_pcops_dtype(dtype_of(c.centers)), c.centers.data_ptr(),
+                                       c.D, to_pcops_dtype(dtype_of(c.scores)), c.scores.data_ptr(),
+                                       ptr_or_null(c.groups), c.N, c.radius2, workspace, keep_mask,
+                                       keep_idx, num_kept, (int)path, current_stream(c.centers)));
 }
 
 // Workspaces up to this size share the output's allocation (the dataflow path's: 4.4 bytes a
@@ -163,28 +162,32 @@ void launch_cuda(const char* op, const NmsInputs& c, int64_t path, void* workspa
 // the output does not hold them.
 constexpr size_t kSharedWorkspaceMax = 64 * 1024;
 
-// The output (N elements of `dtype`) in `out` and the workspace (every path but BLOCK): ONE
-// allocation when the workspace is small (it starts at the first 256-byte boundary past the
-// output, whose size is then set to N), else its own in `ws`. Returns the workspace (or null).
-void* output_and_workspace(const char* op, at::Tensor& out, at::Tensor& ws, const NmsInputs& c,
-                           at::ScalarType dtype, size_t workspace_bytes) {
-    const auto opts = c.centers.options();
+// The allocation `base` of the output (its first N elements of `dtype`) and the workspace (every
+// path but 1 and 4): ONE allocation when the workspace is small (it starts at the first
+// 256-byte boundary past the output), else its own in `ws`. Returns the workspace (or null).
+// The output is output_view(base, size).
+void* output_and_workspace(const char* op, Tensor& base, Tensor& ws, const NmsInputs& c, ScalarType dtype,
+                           size_t workspace_bytes) {
     if (workspace_bytes == 0 || workspace_bytes > kSharedWorkspaceMax) {
-        out = allocate(op, "centers", {c.N}, opts.dtype(dtype));
+        base = allocate(op, "centers", {c.N}, dtype, c.centers);
         if (workspace_bytes == 0) return nullptr;
-        ws = allocate(op, nullptr, {(int64_t)workspace_bytes}, opts.dtype(at::kByte));
+        ws = workspace_tensor(op, workspace_bytes, c.centers);
         return ws.data_ptr();
     }
-    const int64_t elem = (int64_t)c10::elementSize(dtype);
+    const int64_t elem = dtype == ScalarType::Bool ? 1 : 8;  // bool keep_mask or int64 keep_idx
     const int64_t offset = (c.N * elem + 255) / 256 * 256;
-    out = allocate(op, "centers", {(offset + (int64_t)workspace_bytes + elem - 1) / elem},
-                   opts.dtype(dtype));
-    out.unsafeGetTensorImpl()->set_sizes_contiguous({c.N});  // no view, no dispatch
-    return (char*)out.data_ptr() + offset;
+    base = allocate(op, "centers", {(offset + (int64_t)workspace_bytes + elem - 1) / elem}, dtype, c.centers);
+    return (char*)base.data_ptr() + offset;
 }
 
-NmsInputs prepare_cuda(const char* op, const at::Tensor& centers, const at::Tensor& scores,
-                       double radius, const std::optional<at::Tensor>& groups) {
+// The first `size` elements of `base` as a tensor of shape [size] (no dispatch, no autograd
+// view): `base` itself when that is all of it.
+Tensor output_view(const Tensor& base, int64_t size) {
+    return base.numel() == size ? base : reshaped_view(base, {size});
+}
+
+NmsInputs prepare_cuda(const char* op, const Tensor& centers, const Tensor& scores, double radius,
+                       const std::optional<Tensor>& groups) {
     check_cuda_tensor(op, "centers", centers);
     return prepare(op, centers, scores, radius, groups);
 }
@@ -207,9 +210,9 @@ CountSlot pinned_count_slot() {
     thread_local Slot slot;
     if (!slot.s.device) {
         if (!slot.s.host)
-            C10_CUDA_CHECK(cudaHostAlloc((void**)&slot.s.host, sizeof(int64_t),
-                                         cudaHostAllocMapped | cudaHostAllocPortable));
-        C10_CUDA_CHECK(cudaHostGetDevicePointer((void**)&slot.s.device, slot.s.host, 0));
+            check_cuda("circle_nms", cudaHostAlloc((void**)&slot.s.host, sizeof(int64_t),
+                                                   cudaHostAllocMapped | cudaHostAllocPortable));
+        check_cuda("circle_nms", cudaHostGetDevicePointer((void**)&slot.s.device, slot.s.host, 0));
     }
     return slot.s;
 }
@@ -221,105 +224,93 @@ constexpr int64_t kPollUs = 200;
 
 // Waits for the count the kernels write into the slot (set to -1 before the launch). Polls the
 // slot, checking the clock every 64 polls; past kPollUs it synchronises the stream the usual
-// way, which also raises the error of a kernel that failed (and so never wrote the count).
-int64_t wait_for_count(const char* op, volatile int64_t* slot, cudaStream_t stream) {
-    if (C10_UNLIKELY(c10::cuda::warning_state().get_sync_debug_mode() !=
-                     c10::cuda::SyncDebugMode::L_DISABLED))
-        c10::cuda::warn_or_error_on_sync();  // torch.cuda.set_sync_debug_mode, as for a sync
+// way, which also raises the error of a kernel that failed (and so never wrote the count). In
+// sync debug mode "warn" it synchronises at once, through torch (which warns).
+int64_t wait_for_count(const char* op, volatile int64_t* slot, cudaStream_t stream,
+                       const Tensor& like) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (uint32_t i = 1;; ++i) {
+    for (uint32_t i = 1; call_state().sync_debug_mode == 0; ++i) {
         const int64_t v = *slot;
         if (v >= 0) return v;
         if ((i & 63) == 0 && std::chrono::steady_clock::now() - t0 >
                                  std::chrono::microseconds(kPollUs))
             break;
     }
-    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    synchronize(op, stream, like);
     const int64_t v = *slot;
-    TORCH_CHECK(v >= 0, "pcops.", op, ": the kernel ended without writing the count");
+    PCOPS_CHECK(v >= 0, "pcops.", op, ": the kernel ended without writing the count");
     return v;
 }
 
-at::Tensor circle_nms_cuda(const at::Tensor& centers, const at::Tensor& scores, double radius,
-                           int64_t max_out, const std::optional<at::Tensor>& groups) {
+Tensor circle_nms_cuda(const Tensor& centers, const Tensor& scores, double radius, int64_t max_out,
+                       const std::optional<Tensor>& groups) {
     const char* op = "circle_nms";
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
-    c10::cuda::CUDAGuard guard(centers.device());
+    DeviceGuard guard(centers);
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    at::Tensor out, ws;
+    Tensor base, ws;
     void* workspace =
-        output_and_workspace(op, out, ws, c, at::kLong, cuda_workspace_bytes(op, c, 0));
-    if (c.N == 0) return out;
-    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+        output_and_workspace(op, base, ws, c, ScalarType::Long, cuda_workspace_bytes(op, c, 0));
+    if (c.N == 0) return output_view(base, 0);
+    const cudaStream_t stream = current_stream(centers);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    TORCH_CHECK(capture == cudaStreamCaptureStatusNone, "pcops.", op,
+    check_cuda(op, cudaStreamIsCapturing(stream, &capture));
+    PCOPS_CHECK(capture == cudaStreamCaptureStatusNone, "pcops.", op,
                 ": cannot be captured in a CUDA graph (its output size depends on the data); "
                 "use pcops.circle_nms_mask there");
+    check_sync_allowed(op);  // sync debug mode "error": raise before launching
     const CountSlot count = pinned_count_slot();
     *count.host = -1;  // the previous call read its count: no kernel writes this slot now
-    launch_cuda(op, c, 0, workspace, nullptr, out.data_ptr<int64_t>(), count.device);
+    launch_cuda(op, c, 0, workspace, nullptr, data<int64_t>(base), count.device);
     // The one host synchronisation: the output size depends on the data.
-    const int64_t kept = wait_for_count(op, count.host, stream);
-    // shrink the fresh output in place (no view, no dispatch): keep_idx[:K]
-    out.unsafeGetTensorImpl()->set_sizes_contiguous({output_size(kept, max_out)});
-    return out;
+    const int64_t kept = wait_for_count(op, count.host, stream, centers);
+    return output_view(base, output_size(kept, max_out));  // keep_idx[:K]
 }
 
-at::Tensor circle_nms_mask_cuda(const at::Tensor& centers, const at::Tensor& scores,
-                                double radius, const std::optional<at::Tensor>& groups) {
+Tensor circle_nms_mask_cuda(const Tensor& centers, const Tensor& scores, double radius,
+                            const std::optional<Tensor>& groups) {
     const char* op = "circle_nms_mask";
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
-    c10::cuda::CUDAGuard guard(centers.device());
+    DeviceGuard guard(centers);
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    at::Tensor keep_mask, ws;
+    Tensor base, ws;
     void* workspace =
-        output_and_workspace(op, keep_mask, ws, c, at::kBool, cuda_workspace_bytes(op, c, 0));
-    launch_cuda(op, c, 0, workspace, keep_mask.data_ptr<bool>(), nullptr, nullptr);
-    return keep_mask;
+        output_and_workspace(op, base, ws, c, ScalarType::Bool, cuda_workspace_bytes(op, c, 0));
+    launch_cuda(op, c, 0, workspace, data<bool>(base), nullptr, nullptr);
+    return output_view(base, c.N);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> circle_nms_path_cuda(
-    const at::Tensor& centers, const at::Tensor& scores, double radius,
-    const std::optional<at::Tensor>& groups, int64_t path) {
+std::tuple<Tensor, Tensor, Tensor> circle_nms_path_cuda(const Tensor& centers, const Tensor& scores,
+                                                        double radius,
+                                                        const std::optional<Tensor>& groups,
+                                                        int64_t path) {
     const char* op = kPathOp;
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
-    c10::cuda::CUDAGuard guard(centers.device());
+    DeviceGuard guard(centers);
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    const auto opts = c.centers.options();
-    at::Tensor keep_mask = allocate(op, "centers", {c.N}, opts.dtype(at::kBool));
-    at::Tensor keep_idx = allocate(op, "centers", {c.N}, opts.dtype(at::kLong));
-    at::Tensor num_kept = allocate(op, "centers", {1}, opts.dtype(at::kLong));
-    const size_t bytes = cuda_workspace_bytes(op, c, path);
-    at::Tensor workspace;
-    if (bytes > 0) workspace = allocate(op, nullptr, {(int64_t)bytes}, opts.dtype(at::kByte));
-    launch_cuda(op, c, path, bytes > 0 ? workspace.data_ptr() : nullptr,
-                keep_mask.data_ptr<bool>(), keep_idx.data_ptr<int64_t>(),
-                num_kept.data_ptr<int64_t>());
+    Tensor keep_mask = allocate(op, "centers", {c.N}, ScalarType::Bool, c.centers);
+    Tensor keep_idx = allocate(op, "centers", {c.N}, ScalarType::Long, c.centers);
+    Tensor num_kept = allocate(op, "centers", {1}, ScalarType::Long, c.centers);
+    Tensor workspace = workspace_tensor(op, cuda_workspace_bytes(op, c, path), c.centers);
+    launch_cuda(op, c, path, workspace_ptr(workspace), data<bool>(keep_mask),
+                data<int64_t>(keep_idx), data<int64_t>(num_kept));
     return {keep_mask, keep_idx, num_kept};
 }
 #endif
 
 }  // namespace
+}  // namespace pcops
 
-TORCH_LIBRARY_IMPL(pcops, CPU, m) {
-    m.impl("circle_nms", &circle_nms_cpu);
-    m.impl("circle_nms_mask", &circle_nms_mask_cpu);
-    m.impl("_circle_nms_path", &circle_nms_path_cpu);
+STABLE_TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+    m.impl("circle_nms", TORCH_BOX(&pcops::circle_nms_cpu));
+    m.impl("circle_nms_mask", TORCH_BOX(&pcops::circle_nms_mask_cpu));
+    m.impl("_circle_nms_path", TORCH_BOX(&pcops::circle_nms_path_cpu));
 }
 
 #ifdef PCOPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
-    m.impl("circle_nms", &circle_nms_cuda);
-    m.impl("circle_nms_mask", &circle_nms_mask_cuda);
-    m.impl("_circle_nms_path", &circle_nms_path_cuda);
+STABLE_TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+    m.impl("circle_nms", TORCH_BOX(&pcops::circle_nms_cuda));
+    m.impl("circle_nms_mask", TORCH_BOX(&pcops::circle_nms_mask_cuda));
+    m.impl("_circle_nms_path", TORCH_BOX(&pcops::circle_nms_path_cuda));
 }
 #endif
-
-TORCH_LIBRARY_IMPL(pcops, Autograd, m) {
-    m.impl("circle_nms", torch::CppFunction::makeFallthrough());
-    m.impl("circle_nms_mask", torch::CppFunction::makeFallthrough());
-    m.impl("_circle_nms_path", torch::CppFunction::makeFallthrough());
-}
-
-}  // namespace pcops

@@ -1,7 +1,5 @@
 // interpolate.cpp -- binding of interpolate (weighted gather for PointNet++ feature
 // propagation): checks, allocation, dispatch to kernels/interpolate.*.
-#include <torch/library.h>
-
 #include "utils.h"
 
 namespace pcops {
@@ -10,22 +8,21 @@ namespace {
 constexpr const char* kOp = "interpolate";
 
 struct InterpolateCall {
-    at::Tensor features;  // [B,N,C] contiguous, float32/float64 (half types as float32)
-    at::Tensor idx;       // [B,M,K] int64 or int32 (read as is), contiguous
-    at::Tensor weight;    // [B,M,K] contiguous, features' compute dtype
-    at::Tensor out;       // [B,M,C] in the compute dtype
+    Tensor features;  // [B,N,C] contiguous, float32/float64 (half types as float32)
+    Tensor idx;       // [B,M,K] int64 or int32 (read as is), contiguous
+    Tensor weight;    // [B,M,K] contiguous, features' compute dtype
+    Tensor out;       // [B,M,C] in the compute dtype
     int64_t B, N, C, M, K;
 };
 
-InterpolateCall prepare(const at::Tensor& features, const at::Tensor& idx,
-                        const at::Tensor& weight) {
+InterpolateCall prepare(const Tensor& features, const Tensor& idx, const Tensor& weight) {
     check_float_tensor(kOp, "features", features, 3, -1, "[B, N, C]");
     check_float_dtype(kOp, "features", features);
     check_index_tensor(kOp, "idx", idx, 3, "[B, M, K]", /*int32_ok=*/true);
     check_float_tensor(kOp, "weight", weight, 3, -1, "[B, M, K]");
-    TORCH_CHECK_TYPE(weight.scalar_type() == features.scalar_type(), "pcops.", kOp,
+    PCOPS_CHECK_TYPE(dtype_of(weight) == dtype_of(features), "pcops.", kOp,
                      ": argument 'weight' must have the dtype of 'features' (",
-                     c10::toString(features.scalar_type()), "), got ", describe(weight));
+                     torch::headeronly::toString(dtype_of(features)), "), got ", describe(weight));
     check_same_device(kOp, "idx", idx, "features", features);
     check_same_device(kOp, "weight", weight, "features", features);
     InterpolateCall c;
@@ -43,44 +40,45 @@ InterpolateCall prepare(const at::Tensor& features, const at::Tensor& idx,
     c.features = to_compute_dtype(kOp, "features", features);
     c.weight = to_compute_dtype(kOp, "weight", weight);
     c.idx = contiguous(kOp, "idx", idx);
-    c.out = allocate(kOp, "idx", {c.B, c.M, c.C}, c.features.options());
+    c.out = allocate(kOp, "idx", {c.B, c.M, c.C}, dtype_of(c.features), c.features);
     return c;
 }
 
-at::Tensor finish(const InterpolateCall& c, const at::Tensor& features) {
-    return to_dtype(kOp, "idx", c.out, features.scalar_type());
+Tensor finish(const InterpolateCall& c, const Tensor& features) {
+    return to_dtype(kOp, "idx", c.out, dtype_of(features));
 }
 
-at::Tensor interpolate_cpu(const at::Tensor& features, const at::Tensor& idx,
-                           const at::Tensor& weight) {
+Tensor interpolate_cpu(const Tensor& features, const Tensor& idx, const Tensor& weight) {
     InterpolateCall c = prepare(features, idx, weight);
-    check_status(kOp, pcops_interpolate_cpu(to_pcops_dtype(c.features.scalar_type()),
-                                            c.features.data_ptr(), c.idx.data_ptr(),
-                                            to_index_dtype(c.idx), c.weight.data_ptr(), c.B, c.N, c.C, c.M, c.K,
-                                            c.out.data_ptr()));
+    check_status(kOp,
+                 pcops_interpolate_cpu(to_pcops_dtype(dtype_of(c.features)), c.features.data_ptr(),
+                                       c.idx.data_ptr(), to_index_dtype(c.idx), c.weight.data_ptr(),
+                                       c.B, c.N, c.C, c.M, c.K, c.out.data_ptr()));
     return finish(c, features);
 }
 
 #ifdef PCOPS_WITH_CUDA
-at::Tensor interpolate_cuda(const at::Tensor& features, const at::Tensor& idx,
-                            const at::Tensor& weight) {
+Tensor interpolate_cuda(const Tensor& features, const Tensor& idx, const Tensor& weight) {
     check_cuda_tensor(kOp, "features", features);
-    c10::cuda::CUDAGuard guard(features.device());
+    DeviceGuard guard(features);
     InterpolateCall c = prepare(features, idx, weight);
-    check_cuda(kOp, pcops_interpolate_cuda(to_pcops_dtype(c.features.scalar_type()),
-                                           c.features.data_ptr(), c.idx.data_ptr(),
-                                           to_index_dtype(c.idx), c.weight.data_ptr(), c.B, c.N, c.C, c.M, c.K,
-                                           c.out.data_ptr(), at::cuda::getCurrentCUDAStream()));
+    check_cuda(kOp, pcops_interpolate_cuda(
+                        to_pcops_dtype(dtype_of(c.features)), c.features.data_ptr(),
+                        c.idx.data_ptr(), to_index_dtype(c.idx), c.weight.data_ptr(), c.B, c.N, c.C,
+                        c.M, c.K, c.out.data_ptr(), current_stream(features)));
     return finish(c, features);
 }
 #endif
 
 }  // namespace
+}  // namespace pcops
 
-TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("interpolate", &interpolate_cpu); }
+STABLE_TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+    m.impl("interpolate", TORCH_BOX(&pcops::interpolate_cpu));
+}
 
 #ifdef PCOPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("interpolate", &interpolate_cuda); }
+STABLE_TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+    m.impl("interpolate", TORCH_BOX(&pcops::interpolate_cuda));
+}
 #endif
-
-}  // namespace pcops

@@ -1,7 +1,5 @@
 // neighbor_dist2.cpp -- binding of neighbor_dist2 (squared distance of each query to each of
 // its listed neighbours): checks, allocation, dispatch to kernels/neighbor_dist2.*.
-#include <torch/library.h>
-
 #include "utils.h"
 
 namespace pcops {
@@ -11,14 +9,14 @@ constexpr const char* kOp = "neighbor_dist2";
 
 struct Dist2Call {
     QueryRef q;       // query [B,M,3], ref [B,N,3]: contiguous, in the compute dtype
-    at::Tensor idx;   // [B,M,S] int64 or int32 (read as is), contiguous
-    at::Tensor out;   // [B,M,S] in the compute dtype
+    Tensor idx;       // [B,M,S] int64 or int32 (read as is), contiguous
+    Tensor out;       // [B,M,S] in the compute dtype
     int64_t S;
 };
 
 // idx values need no check: any value outside [0, N) gives 0 (the contract, not an error),
 // so the op is free of host synchronisation on CUDA and the same on both devices.
-Dist2Call prepare(const at::Tensor& query, const at::Tensor& ref, const at::Tensor& idx) {
+Dist2Call prepare(const Tensor& query, const Tensor& ref, const Tensor& idx) {
     Dist2Call c;
     c.q = check_query_ref(kOp, query, ref, std::nullopt, std::nullopt);
     check_index_tensor(kOp, "idx", idx, 3, "[B, M, S]", /*int32_ok=*/true);
@@ -28,45 +26,45 @@ Dist2Call prepare(const at::Tensor& query, const at::Tensor& ref, const at::Tens
     c.S = idx.size(2);
     check_output_elements(kOp, "idx", {c.q.B, c.q.M, c.S}, query.element_size(), query);
     c.idx = contiguous(kOp, "idx", idx);
-    c.out = allocate(kOp, "idx", {c.q.B, c.q.M, c.S}, c.q.query.options());
+    c.out = allocate(kOp, "idx", {c.q.B, c.q.M, c.S}, dtype_of(c.q.query), c.q.query);
     return c;
 }
 
-at::Tensor finish(const Dist2Call& c, const at::Tensor& query) {
-    return to_dist_dtype(kOp, "idx", c.out, query.scalar_type());
+Tensor finish(const Dist2Call& c, const Tensor& query) {
+    return to_dist_dtype(kOp, "idx", c.out, dtype_of(query));
 }
 
-at::Tensor neighbor_dist2_cpu(const at::Tensor& query, const at::Tensor& ref,
-                              const at::Tensor& idx) {
+Tensor neighbor_dist2_cpu(const Tensor& query, const Tensor& ref, const Tensor& idx) {
     Dist2Call c = prepare(query, ref, idx);
-    check_status(kOp, pcops_neighbor_dist2_cpu(to_pcops_dtype(c.q.query.scalar_type()),
-                                               c.q.query.data_ptr(), c.q.ref.data_ptr(),
-                                               c.idx.data_ptr(), to_index_dtype(c.idx), c.q.B,
-                                               c.q.M, c.q.N, c.S, c.out.data_ptr()));
+    check_status(
+        kOp, pcops_neighbor_dist2_cpu(to_pcops_dtype(dtype_of(c.q.query)), c.q.query.data_ptr(),
+                                      c.q.ref.data_ptr(), c.idx.data_ptr(), to_index_dtype(c.idx),
+                                      c.q.B, c.q.M, c.q.N, c.S, c.out.data_ptr()));
     return finish(c, query);
 }
 
 #ifdef PCOPS_WITH_CUDA
-at::Tensor neighbor_dist2_cuda(const at::Tensor& query, const at::Tensor& ref,
-                               const at::Tensor& idx) {
+Tensor neighbor_dist2_cuda(const Tensor& query, const Tensor& ref, const Tensor& idx) {
     check_cuda_tensor(kOp, "query", query);
-    c10::cuda::CUDAGuard guard(query.device());
+    DeviceGuard guard(query);
     Dist2Call c = prepare(query, ref, idx);
-    check_cuda(kOp, pcops_neighbor_dist2_cuda(to_pcops_dtype(c.q.query.scalar_type()),
+    check_cuda(kOp, pcops_neighbor_dist2_cuda(to_pcops_dtype(dtype_of(c.q.query)),
                                               c.q.query.data_ptr(), c.q.ref.data_ptr(),
-                                              c.idx.data_ptr(), to_index_dtype(c.idx), c.q.B,
-                                              c.q.M, c.q.N, c.S, c.out.data_ptr(),
-                                              at::cuda::getCurrentCUDAStream()));
+                                              c.idx.data_ptr(), to_index_dtype(c.idx), c.q.B, c.q.M,
+                                              c.q.N, c.S, c.out.data_ptr(), current_stream(query)));
     return finish(c, query);
 }
 #endif
 
 }  // namespace
+}  // namespace pcops
 
-TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("neighbor_dist2", &neighbor_dist2_cpu); }
+STABLE_TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+    m.impl("neighbor_dist2", TORCH_BOX(&pcops::neighbor_dist2_cpu));
+}
 
 #ifdef PCOPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("neighbor_dist2", &neighbor_dist2_cuda); }
+STABLE_TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+    m.impl("neighbor_dist2", TORCH_BOX(&pcops::neighbor_dist2_cuda));
+}
 #endif
-
-}  // namespace pcops

@@ -1,31 +1,16 @@
 // registry.cpp -- the whole public op API of pcops in one place: one schema per op.
 //
 // The implementations are registered per backend in bindings/<op>.cpp with
-// TORCH_LIBRARY_IMPL(pcops, CPU, m) and TORCH_LIBRARY_IMPL(pcops, CUDA, m); fake (meta)
-// implementations and autograd formulas are registered from Python, in pcops/<op>.py.
+// STABLE_TORCH_LIBRARY_IMPL(pcops, CPU, m) and STABLE_TORCH_LIBRARY_IMPL(pcops, CUDA, m); fake
+// (meta) implementations, autograd formulas and the Autograd fallthroughs of the ops without a
+// gradient are registered from Python, in pcops/<op>.py and pcops/_loader.py. The extension
+// module itself (PyInit__C) is bindings/module.cpp.
 // Shapes: B batch, N reference points, M queries / samples, C channels, K / S neighbours.
-#include <Python.h>
-#include <torch/library.h>
-
 #include "utils.h"
 
-extern "C" {
-// `import pcops._C` only has to load this library: its static initialisers register the ops.
-// No pybind, so the module builds against the limited Python API (one wheel for Python >= 3.9).
-PyObject* PyInit__C(void) {
-    static struct PyModuleDef module_def = {
-        PyModuleDef_HEAD_INIT,
-        "_C",  // name
-        NULL,  // doc
-        -1,    // size of per-interpreter state
-        NULL,  // methods
-    };
-    return PyModule_Create(&module_def);
-}
-}
-
-TORCH_LIBRARY(pcops, m) {
-    // xyz[B,N,3] -> idx[B,npoint] int64, dist2[B,npoint] (xyz's dtype). Greedy FPS from
+STABLE_TORCH_LIBRARY(pcops, m) {
+    // xyz[B,N,D] (any D >= 1; D = 3 has its own paths) -> idx[B,npoint] int64,
+    // dist2[B,npoint] (xyz's dtype). Greedy FPS from
     // start[b] (default 0), which must lie in [0, lengths[b]): checked on the CPU (on CUDA in
     // debug mode; unchecked, it is taken mod lengths[b]); pcops.furthest_point_sample draws
     // random_start=True on the device. dist2[b,j] is the coverage radius (squared) when sample j
@@ -41,8 +26,9 @@ TORCH_LIBRARY(pcops, m) {
         "knn(Tensor query, Tensor ref, int k, Tensor? query_lengths=None, "
         "Tensor? ref_lengths=None, str metric=\"l2\") -> (Tensor dist2, Tensor idx)");
 
-    // -> idx[B,M,nsample] int64, count[B,M] int64: the first nsample valid refs in index order
-    // with squared distance < radius**2; empty slots repeat the first one found; -1 if none.
+    // query[B,M,D], ref[B,N,D] (any D >= 1; D = 3 has its own paths) -> idx[B,M,nsample]
+    // int64, count[B,M] int64: the first nsample valid refs in index order with squared
+    // distance < radius**2; empty slots repeat the first one found; -1 if none.
     m.def(
         "ball_query(Tensor query, Tensor ref, float radius, int nsample, "
         "Tensor? query_lengths=None, Tensor? ref_lengths=None) -> (Tensor idx, Tensor count)");
@@ -130,5 +116,10 @@ TORCH_LIBRARY(pcops, m) {
     // Debug mode of the value checks of index inputs on CUDA (bindings/utils.h): enabled, the
     // bindings check idx / lengths / start values on CUDA too, at one host sync per check.
     // Returns the previous setting. pcops.set_debug_checks wraps it.
-    m.def("_set_debug_checks(bool enabled) -> bool", &pcops::set_debug_checks);
+    m.def("_set_debug_checks(bool enabled) -> bool");
+}
+
+// An op without tensor arguments dispatches to its CompositeExplicitAutograd kernel.
+STABLE_TORCH_LIBRARY_IMPL(pcops, CompositeExplicitAutograd, m) {
+    m.impl("_set_debug_checks", TORCH_BOX(&pcops::set_debug_checks));
 }

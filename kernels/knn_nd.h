@@ -39,6 +39,18 @@ PCOPS_DEFINE_KNN_ND_STEPS(f32, float)
 PCOPS_DEFINE_KNN_ND_STEPS(f64, double)
 #undef PCOPS_DEFINE_KNN_ND_STEPS
 
+/* knn_nd_l2_SUF(a, b, D): the L2 distance of two points of D coordinates, the L2 steps from
+ * +0 in coordinate order (FPS and ball query of any dimension, fps_nd.c, ball_query_nd.c). */
+#define PCOPS_DEFINE_KNN_ND_L2(SUF, T)                                                         \
+    PCOPS_HD T knn_nd_l2_##SUF(const T* a, const T* b, int64_t D) {                            \
+        T acc = 0;                                                                             \
+        for (int64_t d = 0; d < D; ++d) acc = knn_nd_l2_step_##SUF(acc, a[d], b[d]);           \
+        return acc;                                                                            \
+    }
+PCOPS_DEFINE_KNN_ND_L2(f32, float)
+PCOPS_DEFINE_KNN_ND_L2(f64, double)
+#undef PCOPS_DEFINE_KNN_ND_L2
+
 /* The cosine distance from the three sums: max(0, 1 - dot / (sqrt(na) * sqrt(nb))), every
  * operation correctly rounded (IEEE sqrt and division on the host, the _rn intrinsics on the
  * device); 1 when either norm is 0 (the direction of a zero vector is undefined: it is as far

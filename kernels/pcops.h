@@ -192,6 +192,34 @@ pcops_status pcops_knn_nd_cpu(pcops_dtype dtype, const void* query, const void* 
                               int64_t* idx);
 
 /* ------------------------------------------------------------------------------------------
+ * FPS and ball query in any dimension (kernels/fps_nd.c, fps_nd.cu, ball_query_nd.c,
+ * ball_query_nd.cu)
+ *
+ *   FPS:        xyz[B,N,D], lengths[B]?, start[B]? -> idx[B,npoint] (int64), dist2[B,npoint]
+ *   ball query: query[B,M,D], ref[B,N,D], lengths? -> idx[B,M,S] (int64), count[B,M] (int64),
+ *               dist2[B,M,S]?
+ * The contracts of pcops_fps_cpu and pcops_ball_query_cpu for D >= 1 coordinates (contiguous,
+ * a point's D coordinates adjacent). The squared distance of a pair is the sum over d = 0 ..
+ * D-1 in order from +0, each product and sum rounded on its own (knn_nd.h, knn_nd_l2): for
+ * D = 3 the bits of pcops_dist2, so these kernels choose what the 3-D paths choose. The
+ * overflow rule of geometry.h holds (a finite pair's distance saturates at the type's max, a
+ * non-finite point's temp stays +inf in FPS and is never in a ball).
+ * One path each (the simple one); pcops takes them for D != 3.
+ * pcops_ball_query_nd_cpu with dist2 == NULL: pcops_ball_query's layout (empty slots repeat
+ * the first neighbour); with dist2: ball_query_dist2's (PyTorch3D's: empty slots idx -1 and
+ * dist2 0, the found slots' squared distances).
+ * FPS's workspace: pcops_fps_nd_workspace_bytes (the same on both devices).
+ * ---------------------------------------------------------------------------------------- */
+size_t pcops_fps_nd_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N);
+pcops_status pcops_fps_nd_cpu(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                              const int64_t* start, int64_t B, int64_t N, int64_t D,
+                              int64_t npoint, void* workspace, int64_t* idx, void* dist2);
+pcops_status pcops_ball_query_nd_cpu(pcops_dtype dtype, const void* query, const void* ref,
+                                     const int64_t* query_lengths, const int64_t* ref_lengths,
+                                     int64_t B, int64_t M, int64_t N, int64_t D, double radius2,
+                                     int64_t S, int64_t* idx, int64_t* count, void* dist2);
+
+/* ------------------------------------------------------------------------------------------
  * Ball query (kernels/ball_query.c, kernels/ball_query.cu)
  *
  *   query[B,M,3], ref[B,N,3], lengths? -> idx[B,M,S] (int64), count[B,M] (int64)
@@ -478,6 +506,19 @@ cudaError_t pcops_knn_nd_cuda(pcops_dtype dtype, const void* query, const void* 
                               pcops_knn_metric metric, void* dist, int64_t* idx,
                               cudaStream_t stream);
 
+/* FPS and ball query in any dimension on CUDA (the contracts above pcops_fps_nd_cpu): N, M
+ * at most INT_MAX; FPS takes start modulo lengths[b] (unchecked values); no host
+ * synchronisation. */
+cudaError_t pcops_fps_nd_cuda(pcops_dtype dtype, const void* xyz, const int64_t* lengths,
+                              const int64_t* start, int64_t B, int64_t N, int64_t D,
+                              int64_t npoint, void* workspace, int64_t* idx, void* dist2,
+                              cudaStream_t stream);
+cudaError_t pcops_ball_query_nd_cuda(pcops_dtype dtype, const void* query, const void* ref,
+                                     const int64_t* query_lengths, const int64_t* ref_lengths,
+                                     int64_t B, int64_t M, int64_t N, int64_t D, double radius2,
+                                     int64_t S, int64_t* idx, int64_t* count, void* dist2,
+                                     cudaStream_t stream);
+
 cudaError_t pcops_ball_query_cuda(pcops_dtype dtype, const void* query, const void* ref,
                                   const int64_t* query_lengths, const int64_t* ref_lengths,
                                   int64_t B, int64_t M, int64_t N, double radius2, int64_t S,
@@ -554,6 +595,9 @@ cudaError_t pcops_interpolate_cuda(pcops_dtype dtype, const void* features, cons
                                    pcops_index_dtype idx_dtype, const void* weight, int64_t B,
                                    int64_t N, int64_t C, int64_t M, int64_t K, void* out,
                                    cudaStream_t stream);
+/* The half-output cap of the overflow rule (dist_cap.cu): every value of values[0, n) above
+ * top and below +inf becomes top (+inf and NaN stay), in place, on `stream`. */
+cudaError_t pcops_dist_cap_cuda(float* values, int64_t n, float top, cudaStream_t stream);
 /* Neighbour distances on CUDA (see pcops_neighbor_dist2_cpu). */
 cudaError_t pcops_neighbor_dist2_cuda(pcops_dtype dtype, const void* query, const void* ref,
                                       const void* idx, pcops_index_dtype idx_dtype, int64_t B,

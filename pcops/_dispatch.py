@@ -57,3 +57,17 @@ def call_plain(op, *args):
         if error is None:
             raise
         raise error from None
+
+
+# The Autograd kernels of the ops whose outputs are not differentiable (no_autograd).
+_LIBRARY = torch.library.Library("pcops", "IMPL")
+
+
+def no_autograd(*names):
+    """Lets the Autograd key of the ops `names` fall through: their outputs (indices, counts,
+    masks) are not differentiable, so a call goes straight to the CPU / CUDA kernel with no
+    autograd kernel in between (no Python, no autograd fallback); inputs that require grad are
+    accepted and the outputs do not require grad. A C++ fallthrough, registered from here
+    because the stable ABI cannot register one."""
+    for name in names:
+        _LIBRARY.impl(name, torch.library.fallthrough_kernel, "Autograd")

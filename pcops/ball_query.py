@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from . import _autograd, _checks
-from ._dispatch import call as _call, call_plain as _call_plain
+from ._dispatch import call as _call, call_plain as _call_plain, no_autograd as _no_autograd
 from .neighbor_dist2 import _dist2_backward, _dist2_tangent
 
 __all__ = ["ball_query", "ball_query_dist2"]
@@ -30,13 +30,16 @@ def ball_query(
     that). Slots past the number found repeat the first neighbour, so ``pcops.group`` needs no
     mask; a query with no neighbour (or past ``query_lengths[b]``) gets -1 in every slot, never
     a valid-looking index 0. Points near the origin are neighbours like any other. CPU and CUDA
-    return the same indices. Large clouds are searched through a uniform grid of the refs
-    (same result as the brute force, bit for bit).
+    return the same indices. Large 3-D clouds are searched through a uniform grid of the refs
+    (same result as the brute force, bit for bit). Points of any other dimension D are
+    searched by brute force, the squared distance summed over the coordinates in order, each
+    product and sum rounded on its own (at D = 3 the same bits as the 3-D paths).
 
     Args:
-        query: ``[B, M, 3]`` centres, float32/float64/float16/bfloat16 (half types compute in
-            float32), on the CPU or CUDA; need not be contiguous.
-        ref: ``[B, N, 3]`` points, same dtype and device as ``query``.
+        query: ``[B, M, D]`` centres (any D >= 1; D = 3 is the common case),
+            float32/float64/float16/bfloat16 (half types compute in float32), on the CPU or
+            CUDA; need not be contiguous.
+        ref: ``[B, N, D]`` points, same D, dtype and device as ``query``.
         radius: finite and ``> 0``. The test is ``d < radius**2`` with ``radius**2`` computed
             in float64 and rounded once to the compute dtype. A squared distance that
             overflows between finite points is the compute dtype's largest finite value (as in
@@ -147,8 +150,10 @@ def _ball_query_fake(query, ref, radius, nsample, query_lengths=None, ref_length
                      op="ball_query"):
     _checks.check_devices(op, "query", query, ref=ref, query_lengths=query_lengths,
                           ref_lengths=ref_lengths)
-    torch._check(query.dim() == 3 and query.shape[-1] == 3, lambda: "query must be [B, M, 3]")
-    torch._check(ref.dim() == 3 and ref.shape[-1] == 3, lambda: "ref must be [B, N, 3]")
+    torch._check(query.dim() == 3 and query.shape[-1] >= 1,
+                 lambda: "query must be [B, M, D] with D >= 1")
+    torch._check(ref.dim() == 3 and ref.shape[-1] == query.shape[-1],
+                 lambda: "ref must be [B, N, D] with the D of query")
     torch._check(ref.shape[0] == query.shape[0], lambda: "query and ref differ in B")
     torch._check(nsample >= 1, lambda: "nsample must be >= 1")
     B, M = query.shape[0], query.shape[1]
@@ -165,3 +170,9 @@ def _ball_query_path_fake(query, ref, radius, nsample, query_lengths, ref_length
 
 _autograd.register_fold_vmap("ball_query", batched=(0, 1, 4, 5))
 _autograd.register_fold_vmap("_ball_query_path", batched=(0, 1, 4, 5))
+
+
+# Autograd: ball_query's outputs are indices and counts, not differentiable: its Autograd key
+# falls through (no autograd kernel on the call; inputs that require grad are accepted and the
+# outputs do not require it). ball_query_dist2's distances have their formula in _autograd.py.
+_no_autograd("ball_query", "_ball_query_path")

@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 
 from . import _autograd, _checks
-from ._dispatch import call_plain as _call_plain
+from ._dispatch import call_plain as _call_plain, no_autograd as _no_autograd
 
 __all__ = ["circle_nms", "circle_nms_mask"]
 
@@ -150,9 +150,9 @@ def _circle_nms_path_fake(centers, scores, radius, groups, path):
 
 
 # Autograd: the outputs are int64 / bool indices and masks, nothing to differentiate. The
-# bindings register a fallthrough for the Autograd key (bindings/circle_nms.cpp), so inputs that
-# require grad are accepted and the call stays in C++ (a Python autograd kernel cost several
-# microseconds per call).
+# Autograd key falls through, so inputs that require grad are accepted and the call stays in C++
+# (a Python autograd kernel cost several microseconds per call).
+_no_autograd("circle_nms", "circle_nms_mask", "_circle_nms_path")
 
 
 # vmap: circle_nms's output size depends on each sample's data, so it cannot be batched;

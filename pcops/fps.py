@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 
 from . import _autograd, _checks
-from ._dispatch import call_plain as _call_plain
+from ._dispatch import call_plain as _call_plain, no_autograd as _no_autograd
 
 __all__ = ["furthest_point_sample"]
 
@@ -28,11 +28,15 @@ def furthest_point_sample(
     sample exactly as they do near it. A squared distance that overflows between finite points
     is the compute dtype's largest finite value (as in :func:`pcops.knn`; a float16 / bfloat16
     ``dist2`` is capped at its type's largest finite value), so the coverage curve stays finite
-    and points at the maximum tie, to the lower index.
+    and points at the maximum tie, to the lower index. Points of any dimension D are sampled
+    (PyTorch3D's ``sample_farthest_points`` takes any D): the squared distance is summed over
+    the coordinates in order, each product and sum rounded on its own, so D = 3 has the same
+    bits on its own fast paths; other D take the simple path (every step scans the cloud).
 
     Args:
-        xyz: ``[B, N, 3]`` points, float32/float64/float16/bfloat16 (half types compute in
-            float32), on the CPU or CUDA; need not be contiguous.
+        xyz: ``[B, N, D]`` points (any D >= 1; D = 3 is the common case),
+            float32/float64/float16/bfloat16 (half types compute in float32), on the CPU or
+            CUDA; need not be contiguous.
         npoint: number of samples ``>= 1``.
         lengths: optional int64 ``[B]``: cloud ``b`` is its first ``lengths[b]`` points (ragged
             batches). Slots past ``min(npoint, lengths[b])`` hold -1.
@@ -83,7 +87,7 @@ def _resolve_start(xyz: Tensor, lengths: Optional[Tensor], start: Optional[Tenso
 
 def _fps_fake(xyz, npoint, lengths=None, start=None, path=0):
     _checks.check_devices("furthest_point_sample", "xyz", xyz, lengths=lengths, start=start)
-    torch._check(xyz.dim() == 3 and xyz.shape[-1] == 3, lambda: "xyz must be [B, N, 3]")
+    torch._check(xyz.dim() == 3 and xyz.shape[-1] >= 1, lambda: "xyz must be [B, N, D], D >= 1")
     torch._check(npoint >= 1, lambda: "npoint must be >= 1")
     B = xyz.shape[0]
     return xyz.new_empty((B, npoint), dtype=torch.long), xyz.new_empty((B, npoint))
@@ -95,9 +99,10 @@ _autograd.register_fold_vmap("furthest_point_sample", batched=(0, 2, 3))
 _autograd.register_fold_vmap("_furthest_point_sample_path", batched=(0, 2, 3))
 
 
-# Autograd: none. The outputs (indices, coverage curve) are not differentiable; the bindings
-# register a fallthrough for the Autograd key (bindings/fps.cpp), so a call never enters Python
-# after this wrapper and the outputs never require grad.
+# Autograd: none. The outputs (indices, coverage curve) are not differentiable; the Autograd key
+# falls through, so a call never enters Python after this wrapper and the outputs never require
+# grad.
+_no_autograd("furthest_point_sample", "_furthest_point_sample_path")
 
 
 @torch.library.register_fake("pcops::_fps_layout")

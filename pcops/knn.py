@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 
 from . import _autograd, _checks
-from ._dispatch import call as _call
+from ._dispatch import call as _call, no_autograd as _no_autograd
 from .group import _group, _group_backward
 from .neighbor_dist2 import _dist2_backward, _dist2_tangent
 
@@ -204,3 +204,8 @@ _autograd.register_fold_vmap("_knn_path", batched=(0, 1, 3, 4))
 @torch.library.register_fake("pcops::_knn_path")
 def _knn_path_fake(query, ref, k, query_lengths, ref_lengths, path):
     return _knn_fake(query, ref, k, query_lengths, ref_lengths)
+
+
+# The private _knn_path is for comparing paths' results: not differentiable (knn's formula is
+# in _autograd.py), so its Autograd key falls through.
+_no_autograd("_knn_path")

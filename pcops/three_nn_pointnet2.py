@@ -1,11 +1,12 @@
 """``three_nn_pointnet2``: pointnet2_ops's ``three_nn`` in one op (Euclidean distances, int32
-indices), its fake (meta) implementation. No autograd: the bindings let the Autograd key fall
-through (bindings/three_nn_pointnet2.cpp), so inputs that require grad are accepted and the
+indices), its fake (meta) implementation. No autograd: the Autograd key falls through
+(pcops/_dispatch.py, no_autograd), so inputs that require grad are accepted and the
 outputs carry no graph. Called by :func:`pcops.compat.pointnet2_ops.three_nn`;
 :func:`pcops.three_nn` is the native form (squared distances, int64, differentiable)."""
 import torch
 
 from . import _autograd, _checks
+from ._dispatch import no_autograd as _no_autograd
 
 
 @torch.library.register_fake("pcops::three_nn_pointnet2")
@@ -21,3 +22,6 @@ def _three_nn_pointnet2_fake(unknown, known):
 
 
 _autograd.register_fold_vmap("three_nn_pointnet2", batched=(0, 1))
+
+
+_no_autograd("three_nn_pointnet2")

@@ -78,6 +78,10 @@ def main():
 
     if torch.version.cuda is None or os.environ.get("PCOPS_CUDA") == "0":
         return  # a CPU-only torch or build: nothing to install
+    asked = (os.environ.get("PCOPS_CUDA") == "1" or os.environ.get("PCOPS_WHEEL_ARCHS", "0") != "0"
+             or os.environ.get("TORCH_CUDA_ARCH_LIST") or torch.cuda.device_count() > 0)
+    if not asked:
+        return  # no GPU and no CUDA code asked for: setup.py builds the CPU ops only
     home, found = find_cuda_home(torch.version.cuda)
     if home is None and (found or os.environ.get("PCOPS_CUDA") == "1"):
         # an nvcc of another major version is here (or CUDA is required): fetch a matching one

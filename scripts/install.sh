@@ -4,7 +4,9 @@
 #   2. an nvcc matching torch's CUDA major version from pip, only if this machine has an nvcc of
 #      another major version (or PCOPS_CUDA=1 and none at all): scripts/cuda_toolkit.py decides;
 #   3. pcops itself, built against the installed torch (no build isolation), editable.
-# CUDA sources are compiled whenever a matching nvcc exists, with or without a GPU.
+# CUDA code (setup.py's rules): SASS for the visible GPUs; on a machine without a GPU none (the
+# CPU ops only, in about a minute) unless TORCH_CUDA_ARCH_LIST (SASS for those) or PCOPS_CUDA=1
+# (PTX of compute_75, which the driver compiles at first use) asks for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -265,8 +265,8 @@ def _bad_cases(device):
     r = torch.rand(2, 10, 3, device=device)
     L = lambda *v: torch.tensor(v, device=device)  # noqa: E731
     cases = [
-        ((q[0], r, 0.1, 4), ValueError, r"'query' must be a tensor of shape \[B, M, 3\], got a 2-D"),
-        ((q, r[..., :2], 0.1, 4), ValueError, r"'ref' must be a tensor of shape \[B, N, 3\], got a 3-D .* \[2, 10, 2\]"),
+        ((q[0], r, 0.1, 4), ValueError, r"'query' must be a tensor of shape \[B, M, D\] with D >= 1, got a 2-D"),
+        ((q, r[..., :2], 0.1, 4), ValueError, r"'ref' must have 3 \(the point dimension D of 'query'\) in dimension 2, got a 3-D .* \[2, 10, 2\]"),
         ((q.int(), r, 0.1, 4), TypeError, r"'query' must be a floating point"),
         ((q, r.bool(), 0.1, 4), TypeError, r"'ref' must be a floating point"),
         ((q, r.double(), 0.1, 4), TypeError, r"'ref' must have the dtype of 'query' \(Float\), got a 3-D Double"),

@@ -114,8 +114,8 @@ def test_registered_with_its_schema():
 def test_bad_inputs_raise_clear_errors(device, gen):
     q, r = rand_points(2, 6, gen, device=device), rand_points(2, 9, gen, device=device)
     cases = [
-        ((q[0], r, 0.5, 4), ValueError, r"'query' must be a tensor of shape \[B, M, 3\]"),
-        ((q, r[..., :2], 0.5, 4), ValueError, r"'ref' must be a tensor of shape \[B, N, 3\]"),
+        ((q[0], r, 0.5, 4), ValueError, r"'query' must be a tensor of shape \[B, M, D\] with D >= 1"),
+        ((q, r[..., :2], 0.5, 4), ValueError, r"'ref' must have 3 \(the point dimension D of 'query'\)"),
         ((q, r.double(), 0.5, 4), TypeError, r"'ref' must have the dtype of 'query'"),
         ((q, r[:1], 0.5, 4), ValueError, r"'ref' .*batch size B of 'query'"),
         ((q, r, 0.0, 4), ValueError, r"'radius' must be"),

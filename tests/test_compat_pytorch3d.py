@@ -226,8 +226,35 @@ def test_sample_farthest_points_errors(device):
         p3d.sample_farthest_points(pts, torch.tensor([3], device=device), K=2)
     with pytest.raises(ValueError, match="K and points must have the same batch dimension"):
         p3d.sample_farthest_points(pts, K=[1, 2, 3])
-    with pytest.raises(NotImplementedError, match="D = 4"):
-        p3d.sample_farthest_points(torch.rand(2, 10, 4, device=device), K=2)
+
+
+@pytest.mark.parametrize("D", [1, 2, 4, 7, 64])
+def test_sample_farthest_points_any_dimension(device, gen, D):
+    pts = torch.randn(3, 40, D, generator=gen, dtype=torch.float64).to(device)
+    lengths = torch.tensor([40, 9, 1], device=device)
+    sel, idx = p3d.sample_farthest_points(pts, lengths, K=[12, 5, 3])
+    assert_equal(idx, fps_naive(pts, lengths, [12, 5, 3]).to(device), what="fps idx")
+    assert sel.shape == (3, 12, D)
+    exp = torch.gather(pts, 1, idx.clamp(min=0)[..., None].expand(-1, -1, D))
+    assert_equal(sel, exp.masked_fill(idx[..., None] < 0, 0.0), what="fps points")
+    _, idx = p3d.sample_farthest_points(pts, lengths, K=6, random_start_point=True)
+    assert_equal(idx, fps_naive(pts, lengths, 6, start=idx[:, 0].cpu()).to(device),
+                 what="fps idx, random start")
+
+
+@pytest.mark.parametrize("D", [1, 2, 5, 16])
+def test_ball_query_any_dimension(device, gen, D):
+    p1 = torch.randn(2, 15, D, generator=gen, dtype=torch.float64).to(device)
+    p2 = torch.randn(2, 60, D, generator=gen, dtype=torch.float64).to(device)
+    radius = float(torch.cdist(p1, p2).flatten().quantile(0.2))
+    l1, l2 = torch.tensor([15, 6], device=device), torch.tensor([60, 21], device=device)
+    out = p3d.ball_query(p1, p2, l1, l2, K=9, radius=radius)
+    rd, ri = ball_query_naive(p1, p2, 9, radius, l1, l2)
+    assert_equal(out.idx, ri.to(device), what="ball_query idx")
+    assert_close(out.dists, rd, atol=1e-12, rtol=1e-12, what="ball_query dists")
+    nn = torch.gather(p2[:, :, None].expand(-1, -1, 9, -1), 1,
+                      out.idx.clamp(min=0)[..., None].expand(-1, -1, -1, D))
+    assert_equal(out.knn, nn.masked_fill(out.idx[..., None] < 0, 0.0), what="ball_query nn")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -154,8 +154,18 @@ def test_batch_vectors_must_be_sorted(device, gen):
         tc.knn(x, x, 2, bad, torch.zeros(10, dtype=torch.long, device=device))
     with pytest.raises(ValueError, match="'batch_y' is not sorted"):
         tc.radius(x, x, 0.5, torch.zeros(10, dtype=torch.long, device=device), bad)
-    with pytest.raises(NotImplementedError, match="D = 5"):
-        tc.radius(torch.rand(4, 5, device=device), torch.rand(4, 5, device=device), 0.5)
+
+
+@pytest.mark.parametrize("D", [1, 5, 16])
+def test_fps_and_radius_any_dimension(device, gen, D):
+    x, bx = random_batch([30, 0, 17, 1], gen, device, D)
+    assert_equal(tc.fps(x, bx, 0.5, False), fps_naive(x, bx, 0.5).to(device), what="fps")
+    x1, b1 = random_batch([24, 24], gen, device, D)  # clouds of one size: the view path
+    assert_equal(tc.fps(x1, b1, 0.5, False), fps_naive(x1, b1, 0.5).to(device), what="fps")
+    y, by = random_batch([6, 0, 5, 2], gen, device, D)
+    r = 0.35 * D ** 0.5
+    out = tc.radius(x, y, r, bx, by, 5)
+    assert_equal(out, radius_naive(x, y, r, bx, by, 5).to(device), what="radius")
 
 
 @pytest.mark.parametrize("D", [2, 5, 16])

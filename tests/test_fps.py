@@ -226,8 +226,8 @@ def _bad_cases(device):
     x = torch.rand(2, 10, 3, device=device)
     L = lambda *v: torch.tensor(v, device=device)  # noqa: E731
     return [
-        ((torch.rand(10, 3, device=device), 4), ValueError, r"'xyz' must be a tensor of shape \[B, N, 3\], got a 2-D"),
-        ((torch.rand(2, 10, 2, device=device), 4), ValueError, r"'xyz' must be a tensor of shape \[B, N, 3\]"),
+        ((torch.rand(10, 3, device=device), 4), ValueError, r"'xyz' must be a tensor of shape \[B, N, D\] with D >= 1, got a 2-D"),
+        ((torch.rand(2, 10, 0, device=device), 4), ValueError, r"'xyz' must be a tensor of shape \[B, N, D\] with D >= 1"),
         ((torch.ones(2, 10, 3, dtype=torch.int32, device=device), 4), TypeError, r"'xyz' must be a floating point"),
         ((torch.ones(2, 10, 3, dtype=torch.bool, device=device), 4), TypeError, r"'xyz' must be a floating point"),
         ((x, 0), ValueError, r"'npoint' must be >= 1, got 0"),

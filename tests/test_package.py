@@ -1,5 +1,7 @@
-"""The package itself: loading, the build-mismatch error, the op registry, the wrappers' docs."""
+"""The package itself: loading, the torch-range and CUDA-major errors, the op registry, the
+wrappers' docs."""
 import importlib
+import types
 
 import pytest
 import torch
@@ -26,12 +28,31 @@ def test_every_public_function_is_documented():
             assert "Args:" in doc and "Example" in doc, f"pcops.{name} lacks Args/Example in its docstring"
 
 
-@pytest.mark.parametrize("field,value", [("TORCH_VERSION", "1.0.0"), ("TORCH_CUDA_VERSION", "9.9")])
-def test_build_mismatch_raises_a_clear_import_error(monkeypatch, field, value):
-    info = importlib.import_module("pcops._build_info")
-    monkeypatch.setattr(info, field, value)
-    with pytest.raises(ImportError, match=r"pcops was built against torch .* but torch .* is running.*Rebuild"):
-        _loader.load_library()
+def build(with_cuda=True, cuda_major=13):
+    return types.SimpleNamespace(VERSION="0.1.0+cu13", TORCH_TARGET=(2, 10), WITH_CUDA=with_cuda,
+                                 CUDA_MAJOR=cuda_major)
+
+
+@pytest.mark.parametrize("version", ["2.10.0", "2.11.0+cu130", "2.15.0+cu132", "3.0.0"])
+def test_every_torch_from_the_target_on_is_accepted(version):
+    _loader.check_torch(build(), version, "13.0")
+    _loader.check_torch(build(with_cuda=False, cuda_major=None), version, "")
+
+
+def test_an_older_torch_raises_an_import_error_naming_the_supported_range():
+    with pytest.raises(ImportError, match=r"supports torch >= 2\.10 .* but torch 2\.9\.1 is running"):
+        _loader.check_torch(build(), "2.9.1", "13.0")
+
+
+def test_another_cuda_major_raises_a_clear_import_error():
+    with pytest.raises(ImportError, match=r"built for CUDA 13 .* torch 2\.11\.0\+cu128 uses CUDA 12\.8"):
+        _loader.check_torch(build(), "2.11.0+cu128", "12.8")
+    with pytest.raises(ImportError, match=r"holds CUDA 13 kernels, but torch 2\.11\.0\+cpu has no CUDA"):
+        _loader.check_torch(build(), "2.11.0+cpu", None)
+
+
+def test_the_running_torch_is_accepted():
+    _loader.check_torch(pcops._build_info)
 
 
 def test_missing_build_raises_a_clear_import_error(monkeypatch):

@@ -83,6 +83,7 @@ constexpr int kGridWindow = 8;             // boxes of a bucket put forward (pul
 constexpr int kGridMaxRounds = 64;         // rounds at most before the finish
 constexpr uint32_t kGridMinProgress = 64;  // a round deciding fewer boxes ends the rounds
 constexpr int64_t kGridScanBudget = 64;    // boxes a thread's evaluate scan reads before a warp's
+constexpr int kGridScanBatch = 4;          // boxes an evaluate scan loads at once
 constexpr int kGridFinishRows = 64;        // undecided boxes the finish resolves at once
 constexpr int kGridFinishScan = 8;         // positions a thread of the finish reads a step
 constexpr double kGridAxisCells = 1073741824.0;  // 2**30: cell coordinates per axis at most
@@ -224,6 +225,8 @@ __host__ __device__ inline GridBox<T> grid_box(const GridCells& c, T x, T y, int
 // the caller runs the scan again in full (grid_evaluate_warp on the device: a pile of boxes in
 // a neighbour cell, all more than a radius away or removed, is read 128 at a time by a warp
 // instead of one at a time by a thread). True when the box was done (or is not put forward).
+// A bucket is read kGridScanBatch boxes a step: their positions, centres and states are loaded
+// together (a step costs about one memory round trip, not one per box) and then taken in order.
 template <typename T>
 __host__ __device__ inline bool grid_evaluate(const GridView<T>& v, const GridCells& c,
                                               int64_t s, const int32_t* cur, int64_t budget) {
@@ -232,15 +235,29 @@ __host__ __device__ inline bool grid_evaluate(const GridView<T>& v, const GridCe
     const GridBox<T> b = grid_box(c, v.sx[s], v.sy[s], v.sg ? v.sg[s] : 0);
     for (int i = 0; i < b.n; ++i) {
         const int32_t end = v.bucket_begin[b.nb[i] + 1];
-        for (int32_t t = cur[b.nb[i]]; t < end; ++t) {
-            if (--budget < 0) return false;
-            const int32_t q = v.spos[t];
-            if (q >= p) break;  // positions ascend within a bucket
-            if (!grid_near(v, t, b.x, b.y, b.g)) continue;
-            const uint8_t st = grid_state(v.state, q);
-            if (st == kRemoved) continue;
-            if (st == kKept) v.state[p] = kRemoved;
-            return true;  // a kept pred removes it; an undecided one makes it wait
+        bool bucket_done = false;
+        for (int32_t t = cur[b.nb[i]]; t < end && !bucket_done; t += kGridScanBatch) {
+            int32_t q[kGridScanBatch];
+            bool near[kGridScanBatch];
+            uint8_t st[kGridScanBatch];
+#pragma unroll
+            for (int j = 0; j < kGridScanBatch; ++j) q[j] = t + j < end ? v.spos[t + j] : p;
+#pragma unroll
+            for (int j = 0; j < kGridScanBatch; ++j)
+                near[j] = q[j] < p && grid_near(v, t + j, b.x, b.y, b.g);
+#pragma unroll
+            for (int j = 0; j < kGridScanBatch; ++j)
+                st[j] = near[j] ? grid_state(v.state, q[j]) : kRemoved;
+            for (int j = 0; j < kGridScanBatch; ++j) {
+                if (--budget < 0) return false;
+                if (q[j] >= p) {  // positions ascend within a bucket (past its end: q = p)
+                    bucket_done = true;
+                    break;
+                }
+                if (st[j] == kRemoved) continue;  // or not near
+                if (st[j] == kKept) v.state[p] = kRemoved;
+                return true;  // a kept pred removes it; an undecided one makes it wait
+            }
         }
     }
     v.state[p] = kKept;
@@ -304,23 +321,35 @@ __device__ inline void grid_evaluate_warp(const GridView<T>& v, const GridCells&
 #endif
 
 // Pull, for the box at bucket-order index s: removed if a kept pred is among the first
-// kGridWindow boxes of one of its buckets.
+// kGridWindow boxes of one of its buckets. The buckets' cursors and ends are loaded first, then
+// each window's positions together and their states together (a few round trips a bucket, not
+// a few a box).
 template <typename T>
 __host__ __device__ inline void grid_pull(const GridView<T>& v, const GridCells& c, int64_t s,
                                           const int32_t* cur) {
     const int32_t p = v.spos[s];
     if (v.state[p] != kUndecided) return;
     const GridBox<T> b = grid_box(c, v.sx[s], v.sy[s], v.sg ? v.sg[s] : 0);
+    int32_t first[9], end[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) {
+        first[i] = i < b.n ? cur[b.nb[i]] : 0;
+        end[i] = i < b.n ? v.bucket_begin[b.nb[i] + 1] : 0;
+    }
     for (int i = 0; i < b.n; ++i) {
-        const int32_t t0 = cur[b.nb[i]], end = v.bucket_begin[b.nb[i] + 1];
-        for (int32_t t = t0; t < end && t < t0 + kGridWindow; ++t) {
-            const int32_t q = v.spos[t];
-            if (q >= p) break;
-            if (v.state[q] == kKept && grid_near(v, t, b.x, b.y, b.g)) {
+        const int32_t t0 = first[i];
+        int32_t q[kGridWindow];
+        uint8_t st[kGridWindow];
+#pragma unroll
+        for (int j = 0; j < kGridWindow; ++j) q[j] = t0 + j < end[i] ? v.spos[t0 + j] : p;
+#pragma unroll
+        for (int j = 0; j < kGridWindow; ++j)  // positions ascend: from the first q >= p, none
+            st[j] = q[j] < p ? v.state[q[j]] : kRemoved;
+        for (int j = 0; j < kGridWindow; ++j)
+            if (st[j] == kKept && grid_near(v, t0 + j, b.x, b.y, b.g)) {
                 v.state[p] = kRemoved;
                 return;
             }
-        }
     }
 }
 
@@ -683,16 +712,17 @@ __global__ void __launch_bounds__(kGridThreads) nms_grid_decide_kernel(GridView<
     grid_decide(v, sh, x);
 }
 
-// Kept boxes per 64 positions.
+// Kept boxes per 64 positions: a warp a word of 64 positions (two ballots).
 __global__ void __launch_bounds__(kGridThreads)
 nms_grid_count_kernel(const uint8_t* __restrict__ state, int64_t N, int64_t C,
                       uint32_t* __restrict__ kept) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t rb = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; rb < C; rb += stride) {
-        uint32_t n = 0;
-        for (int64_t p = rb * kBoxesPerWord; p < N && p < (rb + 1) * kBoxesPerWord; ++p)
-            n += state[p] == kKept;
-        kept[rb] = n;
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t rb = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; rb < C; rb += warps) {
+        const int64_t p = rb * kBoxesPerWord + lane;
+        const uint32_t lo = __ballot_sync(0xffffffffu, p < N && state[p] == kKept);
+        const uint32_t hi = __ballot_sync(0xffffffffu, p + 32 < N && state[p + 32] == kKept);
+        if (lane == 0) kept[rb] = __popc(lo) + __popc(hi);
     }
 }
 
@@ -708,21 +738,34 @@ nms_grid_scan_kernel(uint32_t* __restrict__ kept, int64_t C, uint32_t* __restric
     }
 }
 
-// keep_mask by box, keep_idx in visiting order, -1 past the kept ones.
+// keep_mask by box, keep_idx in visiting order, -1 past the kept ones: a warp a word of 64
+// positions, each kept box's slot its word's `before` plus the kept boxes ahead of it in the
+// word (ballots).
 __global__ void __launch_bounds__(kGridThreads)
 nms_grid_output_kernel(const uint8_t* __restrict__ state, const int32_t* __restrict__ order,
                        int64_t N, const uint32_t* __restrict__ before,
                        const uint32_t* __restrict__ total, bool* __restrict__ keep_mask,
                        int64_t* __restrict__ keep_idx) {
     const int64_t C = (N + kBoxesPerWord - 1) / kBoxesPerWord;
+    const int lane = threadIdx.x & 31;
+    const uint32_t ahead = (1u << lane) - 1;  // the lanes below this one
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (int64_t rb = first; rb < C; rb += stride) {
-        int64_t k = before[rb];
-        for (int64_t p = rb * kBoxesPerWord; p < N && p < (rb + 1) * kBoxesPerWord; ++p) {
-            const bool kept = state[p] == kKept;
-            if (keep_mask) keep_mask[order[p]] = kept;
-            if (keep_idx && kept) keep_idx[k++] = order[p];
+    for (int64_t rb = first >> 5; rb < C; rb += stride >> 5) {
+        const int64_t p = rb * kBoxesPerWord + lane, q = p + 32;
+        const bool kp = p < N && state[p] == kKept, kq = q < N && state[q] == kKept;
+        const uint32_t lo = __ballot_sync(0xffffffffu, kp);
+        const uint32_t hi = __ballot_sync(0xffffffffu, kq);
+        const int64_t k = before[rb];
+        if (p < N) {
+            const int32_t box = order[p];
+            if (keep_mask) keep_mask[box] = kp;
+            if (keep_idx && kp) keep_idx[k + __popc(lo & ahead)] = box;
+        }
+        if (q < N) {
+            const int32_t box = order[q];
+            if (keep_mask) keep_mask[box] = kq;
+            if (keep_idx && kq) keep_idx[k + __popc(lo) + __popc(hi & ahead)] = box;
         }
     }
     if (keep_idx)
@@ -884,9 +927,9 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
     }
     if (!ran) nms_grid_decide_kernel<T, false><<<1, kGridThreads, 0, stream>>>(v);
 
-    nms_grid_count_kernel<<<grid_blocks(C), kGridThreads, 0, stream>>>(w.state, N, C, w.kept);
+    nms_grid_count_kernel<<<grid_blocks(C * 32), kGridThreads, 0, stream>>>(w.state, N, C, w.kept);
     nms_grid_scan_kernel<<<1, 1024, 0, stream>>>(w.kept, C, w.total, num_kept);
-    nms_grid_output_kernel<<<grid_blocks(C), kGridThreads, 0, stream>>>(
+    nms_grid_output_kernel<<<grid_blocks(C * 32), kGridThreads, 0, stream>>>(
         w.state, w.order, N, w.kept, w.total, keep_mask, keep_idx);
     return cudaGetLastError();
 }

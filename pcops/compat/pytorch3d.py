@@ -7,9 +7,9 @@ with 0, sample_farthest_points pads idx with -1 and points with 0 and takes ``K`
 list or a tensor per cloud. Autograd: ``dists`` of knn_points and ball_query with respect to
 both clouds, the outputs of knn_gather with respect to ``x``.
 
-Differences (see the README): knn_points takes any D and ``norm=1``; sample_farthest_points
-and ball_query need D <= 3 (clouds with D < 3 are padded with zero coordinates, which leaves
-every distance unchanged; D > 3 raises NotImplementedError); dtypes are kept (PyTorch3D casts FPS input to float32);
+Differences (see the README): none in what is computed for any D (knn_points also takes
+``norm=1``; clouds with D < 3 are padded with zero coordinates for the fast 3-D paths, which
+leaves every distance's bits unchanged); dtypes are kept (PyTorch3D casts FPS input to float32);
 FPS distances start at +inf (PyTorch3D CUDA: 1e10); ties go to the lower index;
 ``return_sorted=False`` still returns sorted neighbours (a valid order); ``version`` is ignored.
 """
@@ -32,17 +32,11 @@ KNN = namedtuple("KNN", "dists idx knn")
 _KNN = KNN
 
 
-def _to_3d(points: Tensor, fn: str, arg: str) -> Tensor:
+def _to_3d(points: Tensor) -> Tensor:
+    """Points of D < 3 coordinates padded with zeros, for the 3-D paths (the same bits as the
+    ops' search of any dimension, faster); D >= 3 as they are (D > 3: that search)."""
     D = points.shape[-1]
-    if D == 3:
-        return points
-    if D < 3:
-        return F.pad(points, (0, 3 - D))  # zero coordinates: distances unchanged
-    raise NotImplementedError(
-        f"pcops.compat.pytorch3d.{fn}: argument '{arg}' has D = {D} coordinates; pcops "
-        "implements D <= 3. For higher dimensions use torch.cdist(p1, p2).topk(K, "
-        "largest=False) (kNN) or the real pytorch3d."
-    )
+    return F.pad(points, (0, 3 - D)) if D < 3 else points
 
 
 def _check_pair(p1: Tensor, p2: Tensor) -> None:
@@ -69,7 +63,7 @@ def sample_farthest_points(
     """Iterative farthest point sampling, as ``pytorch3d.ops.sample_farthest_points``.
 
     Args:
-        points: ``[N, P, D]`` (D <= 3).
+        points: ``[N, P, D]`` (any D).
         lengths: optional ``[N]`` number of points in each cloud.
         K: samples per cloud: an int, or a list / tensor ``[N]`` (then the outputs have
             ``max(K)`` columns, padded with -1 / 0.0; finding ``max(K)`` synchronises once,
@@ -98,8 +92,7 @@ def sample_farthest_points(
         # PyTorch3D returns empty outputs for K = 0
         return points.new_zeros((N, 0, D)), torch.empty((N, 0), dtype=torch.long,
                                                          device=points.device)
-    idx = _fps(_to_3d(points.detach(), "sample_farthest_points", "points"), max_K, lengths,
-               random_start=bool(random_start_point))
+    idx = _fps(_to_3d(points.detach()), max_K, lengths, random_start=bool(random_start_point))
     if per_cloud is not None:
         cols = torch.arange(max_K, device=points.device)
         idx = idx.masked_fill(cols >= per_cloud.unsqueeze(1), -1)
@@ -132,8 +125,7 @@ def knn_points(
         raise ValueError("Support for 1 or 2 norm.")
     # D < 3 is padded to the 3-D paths (zero coordinates: the same bits); D > 3 and norm=1
     # take pcops.knn's search of any dimension
-    q = p1 if p1.shape[-1] > 3 else _to_3d(p1, "knn_points", "p1")
-    r = p2 if p2.shape[-1] > 3 else _to_3d(p2, "knn_points", "p2")
+    q, r = _to_3d(p1), _to_3d(p2)
     if norm == 1:
         dists, idx = _call(torch.ops.pcops.knn.default, (q, r), q, r, K, lengths1, lengths2,
                            "l1")
@@ -180,14 +172,13 @@ def ball_query(
     """
     _check_pair(p1, p2)
     D = p2.shape[2]
-    q = _to_3d(p1, "ball_query", "p1")
-    r = _to_3d(p2, "ball_query", "p2")
+    q, r = _to_3d(p1), _to_3d(p2)
     # one op: PyTorch3D's -1 padding and the search's own squared distances (0 in empty
     # slots), differentiable with respect to both clouds
     dists, idx = _call(torch.ops.pcops.ball_query_dist2.default, (q, r), q, r, float(radius), K,
                        lengths1, lengths2)
     knn = None
     if return_nn:
-        nn = _call(torch.ops.pcops.group.default, (r,), r, idx)  # [N, P1, K, 3], zeros in empty slots
-        knn = nn if D == 3 else nn[..., :D]
+        nn = _call(torch.ops.pcops.group.default, (r,), r, idx)  # zeros in empty slots
+        knn = nn if D >= 3 else nn[..., :D]
     return KNN(dists=dists, idx=idx, knn=knn)

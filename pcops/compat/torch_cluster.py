@@ -22,9 +22,9 @@ over clouds of one size uses the flat points as they are (a view). The host work
 synchronisation is kept to the least: the FPS launch, or nothing (the edge compaction
 finishes inside its op).
 
-Differences (see the README): fps and radius need D <= 3 (fewer coordinates are padded with
-zeros; D > 3 raises NotImplementedError), knn takes any D and ``cosine=True`` (1 - cos, 1 for
-a zero vector); FPS distances start at +inf
+Differences (see the README): fps, knn and radius take any D (fewer than 3 coordinates are
+padded with zeros for the 3-D paths, which leaves every distance unchanged), knn also
+``cosine=True`` (1 - cos, 1 for a zero vector); FPS distances start at +inf
 (torch_cluster's CUDA FPS starts them at 5e4, so on clouds wider than ~224 units it samples
 in index order) and kNN has no 1e10 sentinel (torch_cluster drops neighbours farther than 1e5
 units) nor a k <= 100 limit; ties go to the lower index on CPU and CUDA.
@@ -46,20 +46,16 @@ __pcops_compat__ = True
 __all__ = ["fps", "knn", "knn_graph", "radius", "radius_graph"]
 
 
-def _points(x: Tensor, fn: str, arg: str, any_dim: bool = False) -> Tensor:
+def _points(x: Tensor, fn: str, arg: str) -> Tensor:
     x = x.view(-1, 1) if x.dim() == 1 else x
     if x.dim() != 2:
         raise ValueError(f"pcops.compat.torch_cluster.{fn}: argument '{arg}' must be [N, D], "
                          f"got shape {list(x.shape)}")
     D = x.shape[1]
-    if D > 3 and any_dim:  # knn: pcops.knn's search of any dimension
+    if D > 3:  # the ops' kernels of any dimension
         return x
-    if D > 3:
-        raise NotImplementedError(
-            f"pcops.compat.torch_cluster.{fn}: argument '{arg}' has D = {D} features; pcops "
-            "implements D <= 3 (point coordinates). Use the real torch_cluster for feature "
-            "spaces."
-        )
+    # D < 3: zero coordinates leave every distance's bits unchanged, and the 3-D paths are the
+    # fast ones
     return F.pad(x, (0, 3 - D)) if D < 3 else x
 
 
@@ -104,7 +100,7 @@ def _layout(fn: str, batches, values):
 
 
 def _pack(x: Tensor, batch: Tensor, B: int, L: int):
-    """Flat points and a sorted batch vector -> (padded [B, L, 3], lengths [B], ptr [B+1]),
+    """Flat points and a sorted batch vector -> (padded [B, L, D], lengths [B], ptr [B+1]),
     with L at least the largest cloud. Rows past a cloud's length hold copies of other points
     (the ops read only the first `lengths[b]`): one gather, no fill."""
     ptr = torch.searchsorted(batch, torch.arange(B + 1, device=x.device))
@@ -184,7 +180,7 @@ def fps(
         # hold exactly L points. The flat points are the batch as they are (a view, no
         # lengths), and every cloud yields its K samples in order: the FPS's own output plus
         # each cloud's offset b * L, which is left[b * L] (a view: no arange).
-        idx = _sample(_nograd(x).view(B, L, 3), K, None, random_start)
+        idx = _sample(_nograd(x).view(B, L, x.shape[1]), K, None, random_start)
         return idx.add_(left[::L].unsqueeze(1)).view(-1)
     padded, lengths, _ = _pack(_nograd(x), batch, B, L)
     idx = _sample(padded, K, lengths, random_start)
@@ -193,7 +189,7 @@ def fps(
 
 
 def _sample(points: Tensor, K: int, lengths: Optional[Tensor], random_start) -> Tensor:
-    """FPS of [B, L, 3] -> idx [B, K]: the op itself unless the start is drawn at random."""
+    """FPS of [B, L, D] -> idx [B, K]: the op itself unless the start is drawn at random."""
     if random_start:
         return _fps(points, K, lengths, random_start=True)
     return torch.ops.pcops.furthest_point_sample.default(points, K, lengths, None)[0]
@@ -247,7 +243,7 @@ def knn(
     smaller. ``num_workers`` is ignored (the CPU kernels use OpenMP)."""
     # D < 3 is padded with zero coordinates (the same distances, cosine too); D > 3 and
     # cosine=True take pcops.knn's search of any dimension
-    xs, ys = _points(x, "knn", "x", any_dim=True), _points(y, "knn", "y", any_dim=True)
+    xs, ys = _points(x, "knn", "x"), _points(y, "knn", "y")
     extra = ("cosine",) if cosine else ()
     _check_batch(batch_x, xs.shape[0], "knn", "batch_x")
     _check_batch(batch_y, ys.shape[0], "knn", "batch_y")
