@@ -79,6 +79,19 @@ def knn_cases(quick, device):
         cases.append((f"{B}x{M}x{N} k={k}" + (" float64" if dt else ""),
                       lambda g, d, B=B, M=M, N=N, k=k, t=t: (cloud(B, M, g, d, t),
                                                              cloud(B, N, g, d, t), k)))
+    if device == "cpu":
+        # feature space (kernels/knn_nd.c): the blocked path from D = KNN_NDB_MIN_D; self-kNN
+        # (query = ref) cloud by cloud from KNN_NDB_SELF_CLOUDS clouds per thread
+        threads = torch.get_num_threads()
+        nd = [(4, 1024, 1, 20, False), (4, 1024, 2, 20, False), (4, 1024, 4, 20, False),
+              (4, 1024, 2, 20, True), (4, 1024, 8, 20, True),
+              (2 * threads - 1, 1024, 64, 20, True), (2 * threads, 1024, 64, 20, True),
+              (32, 1024, 64, 20, True), (32, 1024, 256, 20, True), (8, 4096, 64, 20, True)]
+        for B, N, D, k, self_knn in (nd[::3] if quick else nd):
+            def make(g, d, B=B, N=N, D=D, k=k, self_knn=self_knn):
+                x = torch.randn(B, N, D, generator=g).to(d)
+                return (x, x if self_knn else x.clone(), k)
+            cases.append((f"{B}x{N} D={D} k={k} " + ("self" if self_knn else "cross"), make))
     return cases
 
 

@@ -26,15 +26,13 @@ pcops_knn_metric metric_of(const std::string& metric) {
 }
 
 // Points of D != 3 coordinates, and the metrics other than L2, take the kernels of any
-// dimension (kernels/knn_nd.c, knn_nd.cu): one path, the brute force. The 3-D L2 search keeps
-// its paths. A forced path other than AUTO / BRUTE cannot take such inputs.
-void check_nd_path(const char* forced, int64_t path, int64_t B, int64_t M, int64_t N, int64_t k,
-                   int64_t D) {
-    if (forced != nullptr && path != PCOPS_KNN_BRUTE)
-        forced_path_refused(kPathOp, forced,
-                            sizes_of(B, M, N, k) + ", D = " + std::to_string(D) +
-                                " (points of D != 3, or a metric other than l2, take the "
-                                "brute force only)");
+// dimension (kernels/knn_nd.c, knn_nd.cu): the brute force, and on the CPU its blocked path
+// (float32 L2). The 3-D L2 search keeps its paths. Another forced path cannot take such inputs.
+void nd_path_refused(const char* forced, int64_t B, int64_t M, int64_t N, int64_t k, int64_t D) {
+    forced_path_refused(kPathOp, forced,
+                        sizes_of(B, M, N, k) + ", D = " + std::to_string(D) +
+                            " (points of D != 3, or a metric other than l2, take the brute "
+                            "force, or on the CPU its blocked path for float32 l2, only)");
 }
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
@@ -83,11 +81,13 @@ std::tuple<Tensor, Tensor> knn_cpu_metric(const Tensor& query, const Tensor& ref
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, false, dtype);
     if (c.nd) {
-        check_nd_path(forced, path, c.B, c.M, c.N, c.k, c.D);
-        check_status(kOp, pcops_knn_nd_cpu(dtype, c.query.data_ptr(), c.ref.data_ptr(),
-                                           ptr_or_null(c.query_lengths),
-                                           ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.D, c.k,
-                                           c.metric, c.dist2.data_ptr(), data<int64_t>(c.idx)));
+        const pcops_status status = pcops_knn_nd_cpu(
+            dtype, c.query.data_ptr(), c.ref.data_ptr(), ptr_or_null(c.query_lengths),
+            ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.D, c.k, c.metric, (pcops_knn_path)path,
+            c.dist2.data_ptr(), data<int64_t>(c.idx));
+        if (status != PCOPS_SUCCESS && forced != nullptr)
+            nd_path_refused(forced, c.B, c.M, c.N, c.k, c.D);
+        check_status(kOp, status);
         return {to_dist_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
     }
     const pcops_knn_path v = (pcops_knn_path)path;
@@ -134,7 +134,8 @@ std::tuple<Tensor, Tensor> knn_cuda_metric(const Tensor& query, const Tensor& re
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, true, dtype);
     if (c.nd) {
-        check_nd_path(forced, path, c.B, c.M, c.N, c.k, c.D);
+        if (forced != nullptr && path != PCOPS_KNN_BRUTE)
+            nd_path_refused(forced, c.B, c.M, c.N, c.k, c.D);
         check_cuda(kOp, pcops_knn_nd_cuda(dtype, c.query.data_ptr(), c.ref.data_ptr(),
                                           ptr_or_null(c.query_lengths),
                                           ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.D, c.k,

@@ -46,15 +46,14 @@
 /* Kept neighbours up to which a sorted list with insertion is used; a heap above. */
 #define KNN_ND_SORTED_MAX 32
 
-/* Queries per block: KNN_ND_QBLOCK, halved (down to 1) while there are too few blocks to keep
- * every thread busy. */
-static int64_t knn_nd_query_block(int64_t B, int64_t M) {
+/* Queries per block: qblock, halved (down to 1) while there are too few blocks to keep every
+ * thread busy. */
+static int64_t knn_nd_query_block(int64_t B, int64_t M, int64_t qblock) {
 #ifdef _OPENMP
     const int64_t threads = omp_get_max_threads();
 #else
     const int64_t threads = 1;
 #endif
-    int64_t qblock = KNN_ND_QBLOCK;
     while (qblock > 1 && B * ((M + qblock - 1) / qblock) < 4 * threads) qblock /= 2;
     return qblock;
 }
@@ -75,25 +74,66 @@ static int64_t knn_nd_query_block(int64_t B, int64_t M) {
 #undef TMAX
 #undef FN
 
+#include "knn_nd_blocked_cpu.inc"
+
+/* The CPU plan of kNN in any dimension. Eligibility: the brute force takes every input; the
+ * blocked path (knn_nd_blocked_cpu.inc) float32 L2 with N < 2^32, where it is built. Preference: the blocked
+ * path from D = KNN_NDB_MIN_D, where its register blocking beats the brute force's loop. A
+ * forced path that cannot take the inputs is PCOPS_ERROR_INVALID_VALUE, never a substitute. */
+/* Smallest D at which AUTO takes the blocked path (python benchmarks/tune.py knn --device cpu). */
+#define KNN_NDB_MIN_D 2
+static pcops_status knn_nd_cpu_plan(pcops_dtype dtype, int64_t N, int64_t D,
+                                    pcops_knn_metric metric, pcops_knn_path requested,
+                                    pcops_knn_path* path) {
+#ifdef KNN_NDB_BUILT
+    /* its lists hold packed keys: ref indices below 2^32 */
+    const int blocked_takes =
+        dtype == PCOPS_FLOAT32 && metric == PCOPS_KNN_L2 && N <= (int64_t)UINT32_MAX;
+#else
+    const int blocked_takes = 0;
+#endif
+    switch (requested) {
+        case PCOPS_KNN_AUTO:
+            *path = blocked_takes && D >= KNN_NDB_MIN_D ? PCOPS_KNN_BRUTE_BLOCKED
+                                                        : PCOPS_KNN_BRUTE;
+            return PCOPS_SUCCESS;
+        case PCOPS_KNN_BRUTE:
+            *path = PCOPS_KNN_BRUTE;
+            return PCOPS_SUCCESS;
+        case PCOPS_KNN_BRUTE_BLOCKED:
+            *path = requested;
+            return blocked_takes ? PCOPS_SUCCESS : PCOPS_ERROR_INVALID_VALUE;
+        default:
+            return PCOPS_ERROR_INVALID_VALUE;
+    }
+}
+
 pcops_status pcops_knn_nd_cpu(pcops_dtype dtype, const void* query, const void* ref,
                               const int64_t* query_lengths, const int64_t* ref_lengths,
                               int64_t B, int64_t M, int64_t N, int64_t D, int64_t K,
-                              pcops_knn_metric metric, void* dist, int64_t* idx) {
+                              pcops_knn_metric metric, pcops_knn_path requested, void* dist,
+                              int64_t* idx) {
     if (B < 0 || M < 0 || N < 0 || D < 1 || K < 1) return PCOPS_ERROR_INVALID_VALUE;
     if (metric != PCOPS_KNN_L2 && metric != PCOPS_KNN_L1 && metric != PCOPS_KNN_COSINE)
         return PCOPS_ERROR_INVALID_VALUE;
+    if (dtype != PCOPS_FLOAT32 && dtype != PCOPS_FLOAT64) return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+    pcops_knn_path path;
+    const pcops_status planned = knn_nd_cpu_plan(dtype, N, D, metric, requested, &path);
+    if (planned != PCOPS_SUCCESS) return planned;
     if (B == 0 || M == 0) return PCOPS_SUCCESS;
     if (!query || !dist || !idx || (N > 0 && !ref)) return PCOPS_ERROR_INVALID_VALUE;
-    switch (dtype) {
-        case PCOPS_FLOAT32:
-            knn_nd_batch_f32((const float*)query, (const float*)ref, query_lengths, ref_lengths,
-                             B, M, N, D, K, metric, (float*)dist, idx);
-            return PCOPS_SUCCESS;
-        case PCOPS_FLOAT64:
-            knn_nd_batch_f64((const double*)query, (const double*)ref, query_lengths,
-                             ref_lengths, B, M, N, D, K, metric, (double*)dist, idx);
-            return PCOPS_SUCCESS;
-        default:
-            return PCOPS_ERROR_UNSUPPORTED_DTYPE;
+#ifdef KNN_NDB_BUILT
+    if (path == PCOPS_KNN_BRUTE_BLOCKED) {
+        knn_ndb_batch((const float*)query, (const float*)ref, query_lengths, ref_lengths, B, M,
+                      N, D, K, (float*)dist, idx);
+        return PCOPS_SUCCESS;
     }
+#endif
+    if (dtype == PCOPS_FLOAT32)
+        knn_nd_batch_f32((const float*)query, (const float*)ref, query_lengths, ref_lengths, B,
+                         M, N, D, K, metric, (float*)dist, idx);
+    else
+        knn_nd_batch_f64((const double*)query, (const double*)ref, query_lengths, ref_lengths,
+                         B, M, N, D, K, metric, (double*)dist, idx);
+    return PCOPS_SUCCESS;
 }

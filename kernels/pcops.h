@@ -174,8 +174,10 @@ pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void
  * geometry.h's overflow rule holds for every metric: a pair of finite points never gets +inf
  * (a distance that overflows, or a NaN cosine, is FLT_MAX / DBL_MAX), a point with a
  * non-finite coordinate is never a neighbour (knn_nd.h).
- * One path (brute force); pcops.knn takes it for D != 3 and for metrics other than L2 (the
- * 3-D L2 search keeps the paths of pcops_knn_cpu_path / pcops_knn_cuda_run).
+ * pcops.knn takes these kernels for D != 3 and for metrics other than L2 (the 3-D L2 search
+ * keeps the paths of pcops_knn_cpu_path / pcops_knn_cuda_run). Paths (pcops_knn_path): BRUTE
+ * (every input), BRUTE_BLOCKED (CPU, float32, L2; knn_nd.c); AUTO lets the plan choose, a
+ * forced path that cannot take the inputs is PCOPS_ERROR_INVALID_VALUE.
  * ---------------------------------------------------------------------------------------- */
 typedef enum pcops_knn_metric {
     PCOPS_KNN_L2 = 0,
@@ -186,7 +188,8 @@ typedef enum pcops_knn_metric {
 pcops_status pcops_knn_nd_cpu(pcops_dtype dtype, const void* query, const void* ref,
                               const int64_t* query_lengths, const int64_t* ref_lengths,
                               int64_t B, int64_t M, int64_t N, int64_t D, int64_t K,
-                              pcops_knn_metric metric, void* dist, int64_t* idx);
+                              pcops_knn_metric metric, pcops_knn_path path, void* dist,
+                              int64_t* idx);
 
 /* ------------------------------------------------------------------------------------------
  * FPS and ball query in any dimension (kernels/fps_nd.c, fps_nd.cu, ball_query_nd.c,

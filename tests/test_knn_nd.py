@@ -293,6 +293,100 @@ def test_vmap_compile_and_func_transforms(gen, metric):
 
 
 # ---------------------------------------------------------------------------------------------
+# the CPU's blocked path (float32 l2, kernels/knn_nd_blocked_cpu.inc) against the brute force:
+# the same bits, for a cross kNN and for a self-kNN (query and ref the same tensor: its pairs
+# are visited once), whose variant runs with at least 2 clouds per thread
+
+
+def self_clouds():
+    """Enough clouds for the self-kNN variant on this machine's threads."""
+    return 2 * torch.get_num_threads() + 1
+
+
+def blocked_and_brute(query, ref, k, q_lens=None, r_lens=None):
+    got = force("knn", "brute_blocked", query, ref, k, q_lens, r_lens)
+    want = force("knn", "brute", query, ref, k, q_lens, r_lens)
+    for a, b, what in zip(got, want, ("dist", "idx")):
+        assert_equal(a, b, what=f"brute_blocked {what} vs brute (k = {k})")
+    return got
+
+
+@pytest.mark.parametrize("D", [d for d in DIMS if d != 3])  # D = 3 l2: the 3-D paths
+def test_blocked_path_matches_brute_force(gen, D):
+    # N = 150: nine tiles of 16 refs, the last partial; M = 37: blocks of 32 queries, groups of
+    # 4, the last short; D = 1024: four slices of 256 coordinates; k = 33: the heap; k = 200:
+    # more than the refs
+    B = self_clouds()
+    query = features(B, 37, D, gen)
+    ref = features(B, 150, D, gen)
+    lens = torch.randint(0, 151, (B,), generator=gen)
+    lens[0], lens[1] = 150, 0
+    q_lens = torch.randint(0, 38, (B,), generator=gen)
+    for k in (1, 5, 20, 33, 200):
+        blocked_and_brute(query, ref, k)
+        blocked_and_brute(query, ref, k, q_lens, lens)
+        blocked_and_brute(ref, ref, k)  # self-kNN
+        blocked_and_brute(ref, ref, k, lens, lens)
+        blocked_and_brute(ref, ref.clone(), k, lens, lens)  # the same points, not the same array
+    if D <= 130:
+        d, i = blocked_and_brute(ref, ref, 20, lens, lens)
+        check_bitwise(ref, ref, 20, d, i, "l2", lens, lens)
+
+
+@pytest.mark.parametrize("D", [1, 4, 64])
+def test_blocked_path_ties_go_to_the_lower_index(gen, D):
+    # integer coordinates and every point repeated: many exact ties, in rows and in columns
+    base = torch.randint(-2, 3, (self_clouds(), 40, D), generator=gen).float()
+    x = torch.cat([base, base, base], 1)  # points j, j + 40, j + 80 equal
+    for k in (12, 40):
+        dist, idx = blocked_and_brute(x, x, k)
+        check_bitwise(x, x, k, dist, idx)
+        same = (dist[..., 1:] == dist[..., :-1]) & (idx[..., 1:] >= 0)
+        assert (idx[..., 1:][same] > idx[..., :-1][same]).all()
+
+
+def test_blocked_path_non_finite_and_large_norms(gen):
+    x = features(self_clouds(), 70, 24, gen)
+    x[0, 3, 2] = float("nan")
+    x[0, 7, 0] = float("inf")
+    x[0, 11] = 3e38  # l2 sums overflow between these and the rest: FLT_MAX, ties in index order
+    x[0, 12] = 3e38
+    x[1, 20:] *= 1e18  # large finite norms
+    for k in (5, 40, 80):
+        dist, idx = blocked_and_brute(x, x, k)
+        check_bitwise(x, x, k, dist, idx)
+        blocked_and_brute(x[:, :30], x, k)
+    assert not ((idx[0] == 3) | (idx[0] == 7)).any()
+
+
+def test_blocked_path_against_float64(gen):
+    """Self-kNN through AUTO (the blocked path): indices equal to the float64 brute force's
+    wherever it has no near-tie."""
+    D, k = 64, 10
+    x64 = features(self_clouds(), 120, D, gen, torch.float64)
+    x = x64.float()
+    dist, idx = pcops.knn(x, x, k)
+    e = x.double()
+    exact = ((e[:, :, None, :] - e[:, None, :, :]) ** 2).sum(-1)
+    ex_d, ex_i = exact.sort(dim=-1, stable=True)
+    bound = (D + 3) * 2.0**-24 * ex_d[..., : k + 1]
+    assert_close(dist.double(), torch.gather(exact, 2, idx), atol=1e-30,
+                 rtol=(D + 3) * 2.0**-24, what="dist vs float64")
+    gaps = ex_d[..., 1 : k + 1] - ex_d[..., :k]
+    clear = (gaps > 2 * (bound[..., 1:] + bound[..., :-1])).all(-1)
+    assert clear.float().mean() > 0.2, "too few rows without near-ties to test"
+    assert_equal(idx[clear], ex_i[..., :k][clear], what="idx of rows without near-ties")
+
+
+def test_blocked_path_refuses_what_it_cannot_take(gen):
+    x = features(2, 20, 8, gen)
+    with pytest.raises(ValueError, match="path 'brute_blocked' cannot take these inputs"):
+        force("knn", "brute_blocked", x[..., :3].contiguous(), x[..., :3].contiguous(), 4)
+    with pytest.raises(ValueError, match="path 'brute_blocked'"):  # float32 only
+        force("knn", "brute_blocked", x.double(), x.double(), 4)
+
+
+# ---------------------------------------------------------------------------------------------
 # bad inputs
 
 
