@@ -343,7 +343,7 @@ __host__ __device__ inline void grid_pull(const GridView<T>& v, const GridCells&
 #pragma unroll
         for (int j = 0; j < kGridWindow; ++j) q[j] = t0 + j < end[i] ? v.spos[t0 + j] : p;
 #pragma unroll
-        for (int j = 0; j < kGridWindow; ++j)  // positions ascend: from the first q >= p, none
+        for (int j = 0; j < kGridWindow; ++j)  // positions ascend: no pred from the first q >= p
             st[j] = q[j] < p ? v.state[q[j]] : kRemoved;
         for (int j = 0; j < kGridWindow; ++j)
             if (st[j] == kKept && grid_near(v, t0 + j, b.x, b.y, b.g)) {
