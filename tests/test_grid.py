@@ -32,7 +32,9 @@ bq_op = torch.ops.pcops.ball_query.default
 
 
 def knn_path_takes(path, N, k):
-    return {"warp_select": N <= 1024, "grid_select": k <= 128, "grid_batch": k <= 64}.get(path, True)
+    # brute_blocked is a path of D != 3 only: the 3-D clouds here must be refused by it
+    return {"warp_select": N <= 1024, "grid_select": k <= 128, "grid_batch": k <= 64,
+            "brute_blocked": False}.get(path, True)
 
 
 def bq_path_takes(path, S):
