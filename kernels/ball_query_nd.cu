@@ -12,41 +12,13 @@
 
 #include "geometry.h"
 #include "knn_nd.h"
+#include "knn_nd_ops.cuh"
 #include "pcops.h"
 
 namespace {
 
 constexpr int kThreads = 128;
 constexpr int64_t kMaxBlocks = 65535;  // a grid-stride loop covers the rest
-
-template <typename T>
-struct NdOps;
-template <>
-struct NdOps<float> {
-    static __device__ __forceinline__ float l2(const float* a, const float* b, int64_t D) {
-        return knn_nd_l2_f32(a, b, D);
-    }
-    static __device__ __forceinline__ int finite(const float* p, int64_t D) {
-        return knn_nd_finite_f32(p, D);
-    }
-    static __device__ __forceinline__ float ruled(float d, int finite) {
-        return knn_nd_ruled_f32(d, finite);
-    }
-    static constexpr float kMax = PCOPS_DIST2_MAX_f32;
-};
-template <>
-struct NdOps<double> {
-    static __device__ __forceinline__ double l2(const double* a, const double* b, int64_t D) {
-        return knn_nd_l2_f64(a, b, D);
-    }
-    static __device__ __forceinline__ int finite(const double* p, int64_t D) {
-        return knn_nd_finite_f64(p, D);
-    }
-    static __device__ __forceinline__ double ruled(double d, int finite) {
-        return knn_nd_ruled_f64(d, finite);
-    }
-    static constexpr double kMax = PCOPS_DIST2_MAX_f64;
-};
 
 // A thread per (cloud, query), grid-stride. dist2 NULL: pcops_ball_query's layout (empty slots
 // repeat the first neighbour); else ball_query_dist2's (empty slots -1 / 0).

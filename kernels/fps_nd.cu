@@ -14,6 +14,7 @@
 
 #include "geometry.h"
 #include "knn_nd.h"
+#include "knn_nd_ops.cuh"
 #include "pcops.h"
 
 namespace {
@@ -21,29 +22,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxBlocks = 65535;  // a grid-stride loop covers the rest
-
-template <typename T>
-struct NdOps;
-template <>
-struct NdOps<float> {
-    static __device__ __forceinline__ float l2(const float* a, const float* b, int64_t D) {
-        return knn_nd_l2_f32(a, b, D);
-    }
-    static __device__ __forceinline__ int finite(const float* p, int64_t D) {
-        return knn_nd_finite_f32(p, D);
-    }
-    static constexpr float kMax = PCOPS_DIST2_MAX_f32;
-};
-template <>
-struct NdOps<double> {
-    static __device__ __forceinline__ double l2(const double* a, const double* b, int64_t D) {
-        return knn_nd_l2_f64(a, b, D);
-    }
-    static __device__ __forceinline__ int finite(const double* p, int64_t D) {
-        return knn_nd_finite_f64(p, D);
-    }
-    static constexpr double kMax = PCOPS_DIST2_MAX_f64;
-};
 
 // (v, i) beats (bv, bi): the larger temp, the lower index on ties.
 template <typename T>

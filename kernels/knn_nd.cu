@@ -18,6 +18,7 @@
 
 #include "geometry.h"
 #include "knn_nd.h"
+#include "knn_nd_ops.cuh"
 #include "pcops.h"
 
 namespace {
@@ -27,81 +28,12 @@ constexpr int64_t KNN_ND_SORTED_MAX = 32;
 constexpr int kThreads = 128;
 constexpr int64_t kMaxBlocks = 65535;  // a grid-stride loop covers the rest
 
-template <typename T>
-struct Steps;
-template <>
-struct Steps<float> {
-    static __device__ __forceinline__ float l2(float acc, float a, float b) {
-        return knn_nd_l2_step_f32(acc, a, b);
-    }
-    static __device__ __forceinline__ float l1(float acc, float a, float b) {
-        return knn_nd_l1_step_f32(acc, a, b);
-    }
-    static __device__ __forceinline__ float dot(float acc, float a, float b) {
-        return knn_nd_dot_step_f32(acc, a, b);
-    }
-    static __device__ __forceinline__ float cosine(float dot, float na, float nb) {
-        return knn_nd_cosine_f32(dot, na, nb);
-    }
-    static __device__ __forceinline__ bool within(float d) { return d <= PCOPS_DIST2_MAX_f32; }
-    static __device__ __forceinline__ int finite(const float* p, int64_t D) {
-        return knn_nd_finite_f32(p, D);
-    }
-    static __device__ __forceinline__ float ruled(float d, int finite) {
-        return knn_nd_ruled_f32(d, finite);
-    }
-    static __device__ __forceinline__ void sorted_insert(float* d, int64_t* i, int64_t cap,
-                                                         float dn, int64_t n) {
-        pcops_sorted_insert_f32(d, i, cap, dn, n);
-    }
-    static __device__ __forceinline__ int heap_keep(float* d, int64_t* i, int64_t cap,
-                                                    int64_t* count, float dn, int64_t n) {
-        return pcops_heap_keep_f32(d, i, 1, cap, count, dn, n);
-    }
-    static __device__ __forceinline__ void heap_sort(float* d, int64_t* i, int64_t count) {
-        pcops_heap_sort_f32(d, i, 1, count);
-    }
-};
-template <>
-struct Steps<double> {
-    static __device__ __forceinline__ double l2(double acc, double a, double b) {
-        return knn_nd_l2_step_f64(acc, a, b);
-    }
-    static __device__ __forceinline__ double l1(double acc, double a, double b) {
-        return knn_nd_l1_step_f64(acc, a, b);
-    }
-    static __device__ __forceinline__ double dot(double acc, double a, double b) {
-        return knn_nd_dot_step_f64(acc, a, b);
-    }
-    static __device__ __forceinline__ double cosine(double dot, double na, double nb) {
-        return knn_nd_cosine_f64(dot, na, nb);
-    }
-    static __device__ __forceinline__ bool within(double d) { return d <= PCOPS_DIST2_MAX_f64; }
-    static __device__ __forceinline__ int finite(const double* p, int64_t D) {
-        return knn_nd_finite_f64(p, D);
-    }
-    static __device__ __forceinline__ double ruled(double d, int finite) {
-        return knn_nd_ruled_f64(d, finite);
-    }
-    static __device__ __forceinline__ void sorted_insert(double* d, int64_t* i, int64_t cap,
-                                                         double dn, int64_t n) {
-        pcops_sorted_insert_f64(d, i, cap, dn, n);
-    }
-    static __device__ __forceinline__ int heap_keep(double* d, int64_t* i, int64_t cap,
-                                                    int64_t* count, double dn, int64_t n) {
-        return pcops_heap_keep_f64(d, i, 1, cap, count, dn, n);
-    }
-    static __device__ __forceinline__ void heap_sort(double* d, int64_t* i, int64_t count) {
-        pcops_heap_sort_f64(d, i, 1, count);
-    }
-};
-
 // The distance of query q to ref r (D coordinates each) under `metric`; qn: the query's |a|^2
 // (COSINE only).
 template <typename T>
 __device__ __forceinline__ T nd_distance(const T* __restrict__ q, const T* __restrict__ r,
                                          int64_t D, pcops_knn_metric metric, T qn) {
-    using S = Steps<T>;
+    using S = NdOps<T>;
     T acc = 0;
     if (metric == PCOPS_KNN_L2) {
         for (int64_t d = 0; d < D; ++d) acc = S::l2(acc, q[d], r[d]);
@@ -126,7 +58,7 @@ __global__ void knn_nd_kernel(const T* __restrict__ query, const T* __restrict__
                               const int64_t* __restrict__ ref_lengths, int64_t B, int64_t M,
                               int64_t N, int64_t D, int64_t K, pcops_knn_metric metric,
                               T* __restrict__ dist, int64_t* __restrict__ idx) {
-    using S = Steps<T>;
+    using S = NdOps<T>;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < B * M;
          t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t b = t / M, m = t % M;

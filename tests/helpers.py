@@ -46,6 +46,21 @@ def assert_equal(actual, expected, *, what="values"):
     assert_close(actual, expected, what=what)
 
 
+def features(B, N, D, gen, dtype=torch.float32, device="cpu"):
+    """B clouds of N points with D standard normal coordinates, drawn on the CPU from `gen`."""
+    return torch.randn(B, N, D, generator=gen, dtype=torch.float64).to(dtype).to(device)
+
+
+def assert_bits(actual, expected, what):
+    """Equal values (a readable message first), then equal bit patterns (+0 / -0 too)."""
+    actual, expected = actual.detach().cpu(), expected.detach().cpu()
+    assert_equal(actual, expected, what=what)
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    if actual.is_floating_point():
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[actual.element_size()]
+        assert torch.equal(actual.view(ints), expected.view(ints)), f"{what}: bit patterns differ"
+
+
 def dist2_saturated(a, b):
     """The contract's squared distance of every pair of rows of a [M, 3] and b [N, 3], in NumPy
     in their own precision ((dx*dx + dy*dy) + dz*dz, each operation rounded once), with the

@@ -95,6 +95,28 @@ def test_knn_points_matches_naive(device, gen, B, P1, P2, K, hetero):
     assert p3d.knn_points(p1, p2, K=K).knn is None
 
 
+@pytest.mark.parametrize("D", [2, 3, 8])
+def test_knn_points_unsorted(device, gen, D):
+    """return_sorted=False: the same K neighbours as the sorted call, by ascending index, empty
+    slots (a ragged p2 shorter than K: idx and dists 0) after them; gradients follow the slots."""
+    p1 = torch.rand(2, 30, D, generator=gen, dtype=torch.float64).to(device).requires_grad_()
+    p2 = torch.rand(2, 40, D, generator=gen, dtype=torch.float64).to(device)
+    l2 = torch.tensor([40, 5], device=device)
+    srt = p3d.knn_points(p1, p2, lengths2=l2, K=8)
+    uns = p3d.knn_points(p1, p2, lengths2=l2, K=8, return_sorted=False)
+    valid = torch.arange(8, device=device) < l2[:, None, None]
+    key = srt.idx.masked_fill(~valid, 10**9)
+    order = key.argsort(dim=2)
+    assert_equal(uns.idx, srt.idx.gather(2, order), what="unsorted idx")
+    assert_equal(uns.dists, srt.dists.gather(2, order), what="unsorted dists")
+    assert not torch.equal(uns.idx[0], srt.idx[0])  # index order is not distance order here
+    assert bool((uns.idx[:, :, 1:] >= uns.idx[:, :, :-1])[valid[..., 1:].expand_as(uns.idx[:, :, 1:])].all())
+    g = torch.randn(2, 30, 8, generator=gen, dtype=torch.float64).to(device)
+    (ga,) = torch.autograd.grad(uns.dists, p1, g)
+    (gb,) = torch.autograd.grad(srt.dists, p1, g.gather(2, order.argsort(dim=2)))
+    assert_close(ga, gb, atol=1e-12, what="grad through the unsorted slots")
+
+
 def test_knn_points_gradients(device, gen):
     p1 = rand_points(2, 20, gen, dtype=torch.float64, device=device).requires_grad_()
     p2 = rand_points(2, 15, gen, dtype=torch.float64, device=device).requires_grad_()

@@ -8,27 +8,12 @@ import pytest
 import torch
 
 import pcops
-from helpers import assert_equal
+from helpers import assert_bits, features
 from pcops._paths import force
 
 fps_op = torch.ops.pcops.furthest_point_sample.default
 
 DIMS = [1, 2, 3, 4, 7, 16, 64, 130, 1024]
-
-
-def features(B, N, D, gen, dtype=torch.float32, device="cpu"):
-    """B clouds of N points with D standard normal coordinates, drawn on the CPU from `gen`."""
-    return torch.randn(B, N, D, generator=gen, dtype=torch.float64).to(dtype).to(device)
-
-
-def assert_bits(actual, expected, what):
-    """Equal values (a readable message first), then equal bit patterns (+0 / -0 too)."""
-    actual, expected = actual.detach().cpu(), expected.detach().cpu()
-    assert_equal(actual, expected, what=what)
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
-    if actual.is_floating_point():
-        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[actual.element_size()]
-        assert torch.equal(actual.view(ints), expected.view(ints)), f"{what}: bit patterns differ"
 
 
 def random_starts(lengths, gen):

@@ -7,18 +7,13 @@ import pytest
 import torch
 
 import pcops
-from helpers import assert_close, assert_equal
+from helpers import assert_close, assert_equal, features
 from pcops._paths import force
 
 knn_op = torch.ops.pcops.knn.default
 
 DIMS = [1, 2, 3, 4, 7, 16, 64, 130, 1024]
 METRICS = ["l2", "l1", "cosine"]
-
-
-def features(B, N, D, gen, dtype=torch.float32, device="cpu"):
-    """B clouds of N points with D standard normal coordinates, drawn on the CPU from `gen`."""
-    return torch.randn(B, N, D, generator=gen, dtype=torch.float64).to(dtype).to(device)
 
 
 # ---------------------------------------------------------------------------------------------

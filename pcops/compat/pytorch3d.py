@@ -11,7 +11,8 @@ Differences (see the README): none in what is computed for any D (knn_points als
 ``norm=1``; clouds with D < 3 are padded with zero coordinates for the fast 3-D paths, which
 leaves every distance's bits unchanged); dtypes are kept (PyTorch3D casts FPS input to float32);
 FPS distances start at +inf (PyTorch3D CUDA: 1e10); ties go to the lower index;
-``return_sorted=False`` still returns sorted neighbours (a valid order); ``version`` is ignored.
+``return_sorted=False`` returns the K nearest in ascending index order (PyTorch3D leaves that
+order unspecified; its tests check that it is not the sorted one); ``version`` is ignored.
 """
 from collections import namedtuple
 from typing import List, Optional, Tuple, Union
@@ -118,7 +119,8 @@ def knn_points(
     p2 has fewer than K points and for the points of p1 past lengths1), and with
     ``return_nn=True`` the neighbours ``[N, P1, K, D]`` (0.0 in padded slots), else None.
     ``norm=1``: L1 distances (the sum of absolute differences), as PyTorch3D; ``version`` is
-    ignored; neighbours always come sorted (ties to the lower index).
+    ignored; neighbours come sorted by distance (ties to the lower index), or with
+    ``return_sorted=False`` by index (empty slots last).
     """
     _check_pair(p1, p2)
     if norm not in (1, 2):
@@ -131,6 +133,9 @@ def knn_points(
                            "l1")
     else:
         dists, idx = _call(torch.ops.pcops.knn.default, (q, r), q, r, K, lengths1, lengths2)
+    if not return_sorted and K > 1:  # the same neighbours by index; -1 (empty) after them
+        order = idx.masked_fill(idx < 0, torch.iinfo(idx.dtype).max).argsort(dim=2)
+        dists, idx = dists.gather(2, order), idx.gather(2, order)
     if lengths1 is not None or lengths2 is not None or K > p2.shape[1]:
         # pcops pads with -1 / +inf, PyTorch3D with 0 / 0 (no host synchronisation here)
         empty = idx < 0
