@@ -828,13 +828,12 @@ def test_cuda_single_block_limit(cuda, gen):
             variant_op(c[:10], s[:10], 1.0, None, bad)
 
 
-@pytest.mark.parametrize("N", [1, 2, 255, 2049, 16384, 16385])  # the small sort up to 16384
+@pytest.mark.parametrize("N", [1, 2, 255, 2049, 16384, 16385])
 @pytest.mark.parametrize("score_dtype", [torch.float32, torch.float64, torch.float16])
 def test_cuda_grid_score_sort_sizes(cuda, gen, N, score_dtype):
-    """The grid path's stable score sort on both sides of its small-sort limit (a rank by
-    counting up to 16384 boxes, cub's radix sort above) and of its 2048-key chunks: scores on a
-    few levels (ties must keep the lower index first), NaN and infinite scores; the CPU's answer
-    bit for bit."""
+    """The grid path's stable score sort (cub's radix sort of the score keys): scores on a few
+    levels (ties must keep the lower index first), NaN, infinite and negative zero scores, in
+    every score dtype; the CPU's answer bit for bit."""
     c, _, g = detections(N, gen, n_groups=2, grid=4)
     s = torch.randint(0, 7, (N,), generator=gen).to(score_dtype) / 4
     if N > 8:

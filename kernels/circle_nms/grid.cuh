@@ -13,11 +13,8 @@
  * what as many spread boxes cost.
  *
  * What it does (kernels in launch order):
- *   a. nms_score_keys_kernel + a stable sort (ties keep the lower index first) -> order
- *      (int32, position -> box): cub::DeviceRadixSort::SortPairs, or up to kGridRankSortMax
- *      boxes a rank by counting (nms_grid_rank_kernel: every pair of keys compared, N**2 / 2
- *      compares in ~N / 256 x N / 2048 blocks, then a scatter), which at such N costs less than
- *      the radix sort's seven or so launches;
+ *   a. nms_score_keys_kernel + cub::DeviceRadixSort::SortPairs (stable: ties keep the lower
+ *      index first) -> order (int32, position -> box);
  *   b. nms_grid_gather_kernel: centres (and groups) into visiting order; the bounding box of
  *      the finite centres by atomics (its low corner is the origin of the cells);
  *   c. nms_grid_keys_kernel: cells of width radius * (1 + 2**-10) on each axis (wider only
@@ -88,10 +85,6 @@ constexpr int kGridMaxRounds = 64;         // rounds at most before the finish
 constexpr uint32_t kGridMinProgress = 64;  // a round deciding fewer boxes ends the rounds
 constexpr int64_t kGridScanBudget = 32;    // boxes a thread's evaluate scan reads before a warp's
 constexpr int kGridScanBatch = 4;          // boxes an evaluate scan loads at once
-constexpr int kGridRankChunk = 2048;       // keys a block of the small sort compares against
-// Up to this many boxes the score sort ranks by counting (nms_grid_rank_kernel: three short
-// launches) instead of cub's radix sort (about seven): python benchmarks/tune.py circle_nms
-constexpr int64_t kGridRankSortMax = 16384;
 constexpr int kGridFinishRows = 64;        // undecided boxes the finish resolves at once
 constexpr int kGridFinishScan = 8;         // positions a thread of the finish reads a step
 constexpr double kGridAxisCells = 1073741824.0;  // 2**30: cell coordinates per axis at most
@@ -537,46 +530,6 @@ nms_score_keys_kernel(const S* __restrict__ scores, int64_t N, uint64_t* __restr
     }
 }
 
-// The small sort (N <= kGridRankSortMax): the rank of key i is the number of keys before it in
-// (key, index) order, so a stable sort writes item i at its rank. rank[] starts at zero; a block
-// of kGridThreads items counts against one chunk of kGridRankChunk keys in shared memory (a
-// chunk wholly before or after the block's items needs one compare a key) and adds its counts.
-// K: the compared type (uint32_t where every key fits in 32 bits).
-template <typename K>
-__global__ void __launch_bounds__(kGridThreads)
-nms_grid_rank_kernel(const uint64_t* __restrict__ keys, int64_t N, int32_t* __restrict__ rank) {
-    __shared__ K chunk[kGridRankChunk];
-    const int64_t i = (int64_t)blockIdx.x * kGridThreads + threadIdx.x;
-    const int64_t j0 = (int64_t)blockIdx.y * kGridRankChunk;
-    const int n = (int)(N - j0 < kGridRankChunk ? N - j0 : kGridRankChunk);
-    for (int t = threadIdx.x; t < n; t += kGridThreads) chunk[t] = (K)keys[j0 + t];
-    __syncthreads();
-    if (i >= N) return;
-    const K key = (K)keys[i];
-    int before = 0;
-    if (j0 + n <= i) {  // every key of the chunk has a lower index
-        for (int t = 0; t < n; ++t) before += chunk[t] <= key;
-    } else if (j0 > i) {  // every one a higher index
-        for (int t = 0; t < n; ++t) before += chunk[t] < key;
-    } else {
-        for (int t = 0; t < n; ++t)
-            before += chunk[t] < key || (chunk[t] == key && j0 + t < i);
-    }
-    if (before) atomicAdd(rank + i, before);
-}
-
-// Item i of the small sort to its rank.
-__global__ void __launch_bounds__(kGridThreads)
-nms_grid_rank_scatter_kernel(const uint64_t* __restrict__ keys, const int32_t* __restrict__ vals,
-                             const int32_t* __restrict__ rank, int64_t N,
-                             uint64_t* __restrict__ keys_out, int32_t* __restrict__ vals_out) {
-    const int64_t i = (int64_t)blockIdx.x * kGridThreads + threadIdx.x;
-    if (i >= N) return;
-    const int32_t r = rank[i];
-    keys_out[r] = keys[i];
-    vals_out[r] = vals[i];
-}
-
 // Order-preserving uint64 of a finite double (for atomicMin / atomicMax).
 __device__ __forceinline__ unsigned long long ordered_bits(double v) {
     const unsigned long long b = (unsigned long long)__double_as_longlong(v);
@@ -854,7 +807,7 @@ struct GridWorkspace {
     uint8_t* state;          // [N]
     int32_t* cursor[2];      // [B]
     uint32_t* count;         // [5]
-    int32_t* longs;          // [N]; the ranks of the small score sort before that
+    int32_t* longs;          // [N]
     uint32_t* kept;          // [C] kept boxes per 64 positions, then before them
     uint32_t* total;         // [1]
     int key_bits;            // bits of the bucket keys
@@ -939,25 +892,10 @@ cudaError_t launch_grid(const T* centers, int64_t D, pcops_dtype score_dtype, co
                                                                   w.pos_in, w.bbox);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     // stable: equal keys keep the index order of pos_in, so ties go to the lower index
-    if (N <= kGridRankSortMax) {
-        int32_t* rank = w.longs;  // free until the rounds
-        err = cudaMemsetAsync(rank, 0, (size_t)N * sizeof(int32_t), stream);
-        if (err != cudaSuccess) return err;
-        const dim3 grid((unsigned)((N + kGridThreads - 1) / kGridThreads),
-                        (unsigned)((N + kGridRankChunk - 1) / kGridRankChunk));
-        if (score_dtype == PCOPS_FLOAT64)
-            nms_grid_rank_kernel<uint64_t><<<grid, kGridThreads, 0, stream>>>(w.keys_in, N, rank);
-        else  // float32 keys fit in 32 bits
-            nms_grid_rank_kernel<uint32_t><<<grid, kGridThreads, 0, stream>>>(w.keys_in, N, rank);
-        nms_grid_rank_scatter_kernel<<<grid.x, kGridThreads, 0, stream>>>(
-            w.keys_in, w.pos_in, rank, N, w.keys_out, w.order);
-        if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    } else {
-        err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.keys_in, w.keys_out,
-                                              w.pos_in, w.order, (int)N, 0,
-                                              score_end_bit(score_dtype), stream);
-        if (err != cudaSuccess) return err;
-    }
+    err = cub::DeviceRadixSort::SortPairs(w.cub_temp, w.cub_bytes, w.keys_in, w.keys_out,
+                                          w.pos_in, w.order, (int)N, 0,
+                                          score_end_bit(score_dtype), stream);
+    if (err != cudaSuccess) return err;
     nms_grid_gather_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
         centers, D, w.order, groups, N, xs, ys, gs, w.bbox);
     nms_grid_keys_kernel<T><<<blocks, kGridThreads, 0, stream>>>(
