@@ -21,7 +21,8 @@ kernel may round its distances differently, by an FMA).
 
 Times (ms, median): CPU, time.perf_counter around pcops.circle_nms (one thread), median of 3
 (1 at N = 1e6); CUDA, a CUDA event pair around pcops.circle_nms (its one host synchronisation
-included), a 256 MB buffer zeroed before each call (L2 cold), median of 10. Printed: a markdown
+included), a 256 MB buffer zeroed before each call (L2 cold), median of 30 up to 30,000 boxes
+(10 above; the bitmask 20 and 3). Printed: a markdown
 table per device, each layout's time and its ratio to uniform at the same N ("x uniform").
 
 On CUDA also the plain bitmask NMS of the peer benchmark (../shared/peerbench/shims: the
@@ -84,7 +85,15 @@ def layout(name, n, seed=0):
 
 
 def load_bitmask_shim(path):
-    """The peer benchmark's bitmask NMS module, built from `path` (None: not found)."""
+    """The peer benchmark's bitmask NMS module, built from `path` (None: not found), or loaded
+    from `path` when it is the .so the peer benchmark built (.peerbench/built/nms/*.so)."""
+    if path is not None and path.endswith(".so"):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            os.path.basename(path)[:-3], os.path.abspath(path))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
     if path is None:
         for p in (os.path.join(ROOT, ".peerbench", "shims"),
                   os.path.join(ROOT, "..", "shared", "peerbench", "shims")):
@@ -156,7 +165,8 @@ def main():
     p.add_argument("--sizes", default="10000,100000,300000,1000000")
     p.add_argument("--layouts", default=",".join(LAYOUTS))
     p.add_argument("--bitmask-max", type=int, default=100000)
-    p.add_argument("--bitmask-shim", default=None, help="folder with circle_nms_bitmask.cu")
+    p.add_argument("--bitmask-shim", default=None,
+                   help="folder with circle_nms_bitmask.cu, or the peer benchmark's built .so")
     p.add_argument("--out", default=None, help="also append the tables to this file")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -185,8 +195,8 @@ def main():
                 cd, sd = c.cuda(), s.cuda()
                 got = pcops.circle_nms(cd, sd, RADIUS).cpu()
                 assert torch.equal(got, want), f"{name}, N={n}: CUDA keeps other boxes than the CPU"
-                t = time_fn(lambda: pcops.circle_nms(cd, sd, RADIUS), "cuda", warmup=2, reps=10,
-                            flush=flush)
+                t = time_fn(lambda: pcops.circle_nms(cd, sd, RADIUS), "cuda", warmup=2,
+                            reps=30 if n <= 30000 else 10, flush=flush)
                 if name in CLUSTERED and n <= args.bitmask_max:
                     if shim is not None:
                         fn = lambda: shim.circle_nms(  # noqa: E731
@@ -200,7 +210,7 @@ def main():
                         print(f"note: {name}, N={n}: the bitmask NMS keeps {len(other)} boxes "
                               "other than pcops (distances within rounding of the radius)",
                               file=sys.stderr)
-                    bt = time_fn(fn, "cuda", warmup=1, reps=5 if n <= 30000 else 3, flush=flush)
+                    bt = time_fn(fn, "cuda", warmup=1, reps=20 if n <= 30000 else 3, flush=flush)
                     bitmask.setdefault(f"{name}: bitmask", {})[n] = bt
                     bitmask.setdefault(f"{name}: pcops", {})[n] = t
             times[name][n] = t

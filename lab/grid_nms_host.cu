@@ -61,8 +61,10 @@ struct HostExec {
     }
     void barrier() {}
     template <typename T>
-    void open(const GridView<T>& v, int64_t n, const int32_t* cur, int32_t* next, uint32_t* left) {
+    void pull_open(const GridView<T>& v, const GridCells& c, int64_t n, const int32_t* cur,
+                   int32_t* next, uint32_t* left) {
         items(n, [&](int64_t s) {
+            grid_pull(v, c, s, cur);
             if (!grid_open(v, s, cur)) return;
             ++*left;
             int32_t& b = next[v.skey[s]];

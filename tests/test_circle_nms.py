@@ -828,6 +828,23 @@ def test_cuda_single_block_limit(cuda, gen):
             variant_op(c[:10], s[:10], 1.0, None, bad)
 
 
+@pytest.mark.parametrize("N", [1, 2, 255, 2049, 16384, 16385])
+@pytest.mark.parametrize("score_dtype", [torch.float32, torch.float64, torch.float16])
+def test_cuda_grid_score_sort_sizes(cuda, gen, N, score_dtype):
+    """The grid path's stable score sort (cub's radix sort of the score keys): scores on a few
+    levels (ties must keep the lower index first), NaN, infinite and negative zero scores, in
+    every score dtype; the CPU's answer bit for bit."""
+    c, _, g = detections(N, gen, n_groups=2, grid=4)
+    s = torch.randint(0, 7, (N,), generator=gen).to(score_dtype) / 4
+    if N > 8:
+        s[torch.randint(0, N, (4,), generator=gen)] = torch.tensor(
+            [float("nan"), float("inf"), -float("inf"), -0.0], dtype=score_dtype)
+    want = cpu_variant(c, s, 0.6, g)
+    got = variant_op(*to(cuda, c, s)[:2], 0.6, g.cuda(), PATH["grid"])
+    for a, b in zip(got, want):
+        assert_equal(a, b)
+
+
 @pytest.mark.sanitizer
 @pytest.mark.parametrize("variant", [PATH["grid"], PATH["block"], PATH["flow"]])
 @pytest.mark.parametrize("N", [1, 65, 700, 2100])  # 2100: a 4096-key sort by 1024 threads

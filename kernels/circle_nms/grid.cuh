@@ -25,7 +25,7 @@
  *      bucket);
  *   e. nms_grid_init_kernel: every finite box undecided, every non-finite one kept (it is within
  *      the radius of nothing); each bucket's cursor at its first box;
- *   f. nms_grid_decide_kernel (grid_decide): rounds of three phases, a barrier after each (one
+ *   f. nms_grid_decide_kernel (grid_decide): rounds of two phases, a barrier after each (one
  *      cooperative launch, grid-wide barriers; one block where that cannot run):
  *        evaluate: each undecided box among the first kGridWindow of its bucket from the cursor
  *          scans the boxes of its 9 neighbour buckets, from each cursor up to its own position:
@@ -33,10 +33,11 @@
  *          is kept (a thread's scan reads up to kGridScanBudget boxes; the boxes of longer
  *          ones are listed, and after a barrier each is scanned again by a warp,
  *          kGridWarpChunks * 32 boxes a step);
- *        pull: every undecided box reads the first kGridWindow boxes of its 9 buckets from
- *          their cursors (where this round's kept boxes are) and is removed by a kept pred;
- *        advance: each bucket's cursor moves to its first undecided box; the undecided boxes
- *          are counted;
+ *        pull and advance: every undecided box reads the first kGridWindow boxes of its 9
+ *          buckets from their cursors (where this round's kept boxes are) and is removed by a
+ *          kept pred; then, by the same thread (a pull writes only its own box's state, so
+ *          the box's state is final for the round), each box still undecided bids for its
+ *          bucket's next cursor (each cursor moves to its first undecided box) and is counted;
  *      until none is left, or after kGridMaxRounds rounds, or a round deciding fewer than
  *      kGridMinProgress boxes; block 0 then finishes in visiting order (grid_finish): the next
  *      64 undecided boxes, their preds among them, resolved in order, each kept one removing
@@ -82,7 +83,7 @@ constexpr int kGridThreads = 256;          // every kernel's block size
 constexpr int kGridWindow = 8;             // boxes of a bucket put forward (pulled from) a round
 constexpr int kGridMaxRounds = 64;         // rounds at most before the finish
 constexpr uint32_t kGridMinProgress = 64;  // a round deciding fewer boxes ends the rounds
-constexpr int64_t kGridScanBudget = 64;    // boxes a thread's evaluate scan reads before a warp's
+constexpr int64_t kGridScanBudget = 32;    // boxes a thread's evaluate scan reads before a warp's
 constexpr int kGridScanBatch = 4;          // boxes an evaluate scan loads at once
 constexpr int kGridFinishRows = 64;        // undecided boxes the finish resolves at once
 constexpr int kGridFinishScan = 8;         // positions a thread of the finish reads a step
@@ -479,10 +480,10 @@ __host__ __device__ void grid_finish(const GridView<T>& v, const GridCells& c, G
 }
 
 // The rounds, then the finish (by X's block 0), over the Nf finite boxes (bucket order
-// [0, Nf)). X provides: items(n, f) (f(s) for its share of [0, n)), barrier() (all of the
-// decision's threads), open(...) (the advance of a share, counting), lead() (whether this
-// block finishes), the finish block's tid / nthreads / sync / sync_or, and note_round /
-// note_window (statistics for lab/grid_nms_host.cu; nothing on the device).
+// [0, Nf)). X provides: evaluate(...) (the evaluate phase of a share), barrier() (all of the
+// decision's threads), pull_open(...) (the pull and advance of a share, counting), lead()
+// (whether this block finishes), the finish block's tid / nthreads / sync / sync_or, and
+// note_round / note_window (statistics for lab/grid_nms_host.cu; nothing on the device).
 #pragma nv_exec_check_disable
 template <typename T, typename X>
 __host__ __device__ void grid_decide(const GridView<T>& v, GridFinishShared& sh, X& x_) {
@@ -500,9 +501,7 @@ __host__ __device__ void grid_decide(const GridView<T>& v, GridFinishShared& sh,
             return grid_evaluate(v, c, s, cur, kGridScanBudget);
         });
         x_.barrier();
-        x_.items(Nf, [&](int64_t s) { grid_pull(v, c, s, cur); });
-        x_.barrier();
-        x_.open(v, Nf, cur, next, left);
+        x_.pull_open(v, c, Nf, cur, next, left);
         x_.barrier();
         const uint32_t now = *(const volatile uint32_t*)left;
         x_.note_round(round, now);
@@ -650,10 +649,6 @@ struct GridExec {
         : gtid((int64_t)blockIdx.x * blockDim.x + threadIdx.x),
           gthreads((int64_t)gridDim.x * blockDim.x) {}
     __device__ bool first() const { return gtid == 0; }
-    template <typename F>
-    __device__ void items(int64_t n, F&& f) {
-        for (int64_t s = gtid; s < n; s += gthreads) f(s);
-    }
     // The evaluate phase of `round`: f(s) per box (its budgeted scan); the boxes whose scan ran
     // out of budget go to a list, and after a barrier each is scanned again by one warp (a
     // dense bucket's few put-forward boxes by different warps, at the same time).
@@ -676,15 +671,17 @@ struct GridExec {
         else
             __syncthreads();
     }
-    // The advance: a bid of each open box for its bucket's next cursor (one atomicMin per
-    // bucket and warp) and the count of the open boxes (one atomicAdd per warp). Warps step
-    // together (gthreads is a multiple of 32), so every ballot has all 32 lanes.
+    // The pull of each box, then the advance: a bid of each box still open for its bucket's
+    // next cursor (one atomicMin per bucket and warp) and the count of the open boxes (one
+    // atomicAdd per warp). Warps step together (gthreads is a multiple of 32), so every ballot
+    // has all 32 lanes.
     template <typename T>
-    __device__ void open(const GridView<T>& v, int64_t n, const int32_t* cur, int32_t* next,
-                         uint32_t* left) {
+    __device__ void pull_open(const GridView<T>& v, const GridCells& c, int64_t n,
+                              const int32_t* cur, int32_t* next, uint32_t* left) {
         const int lane = threadIdx.x & 31;
         for (int64_t base = gtid - lane; base < n; base += gthreads) {
             const int64_t s = base + lane;
+            if (s < n) grid_pull(v, c, s, cur);
             const bool open = s < n && grid_open(v, s, cur);
             const uint32_t opened = __ballot_sync(0xffffffffu, open);
             if (!opened) continue;
