@@ -29,15 +29,19 @@ pcops_knn_metric metric_of(c10::string_view metric) {
 }
 
 // Points of D != 3 coordinates, and the metrics other than L2, take the kernels of any
-// dimension (kernels/knn_nd.c, knn_nd.cu): one path, the brute force. The 3-D L2 search keeps
-// its paths. A forced path other than AUTO / BRUTE cannot take such inputs.
+// dimension (kernels/knn_nd.c, knn_nd.cu): the brute force, and on CUDA the tensor-core
+// shortlist "tc" (L2, float32, 16 <= D <= 65536, k <= 64, sm_80+). The 3-D L2 search keeps its
+// paths. A forced path those kernels cannot run is refused.
+std::string nd_sizes(int64_t B, int64_t M, int64_t N, int64_t k, int64_t D) {
+    return sizes_of(B, M, N, k) + ", D = " + std::to_string(D) +
+           " (points of D != 3, or a metric other than l2, take the brute force, or on CUDA "
+           "'tc': l2, float32, 16 <= D <= 65536, k <= 64, sm_80+)";
+}
+
 void check_nd_path(const char* forced, int64_t path, int64_t B, int64_t M, int64_t N, int64_t k,
                    int64_t D) {
     if (forced != nullptr && path != PCOPS_KNN_BRUTE)
-        forced_path_refused(kPathOp, forced,
-                            sizes_of(B, M, N, k) + ", D = " + std::to_string(D) +
-                                " (points of D != 3, or a metric other than l2, take the "
-                                "brute force only)");
+        forced_path_refused(kPathOp, forced, nd_sizes(B, M, N, k, D));
 }
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
@@ -141,13 +145,19 @@ std::tuple<at::Tensor, at::Tensor> knn_cuda_metric(
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, true, dtype);
     if (c.nd) {
-        check_nd_path(forced, path, c.B, c.M, c.N, c.k, c.D);
-        check_cuda(kOp, pcops_knn_nd_cuda(dtype, c.query.data_ptr(), c.ref.data_ptr(),
-                                          ptr_or_null(c.query_lengths),
-                                          ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.D, c.k,
-                                          c.metric, c.dist2.data_ptr(),
-                                          c.idx.data_ptr<int64_t>(),
-                                          at::cuda::getCurrentCUDAStream()));
+        pcops_knn_nd_cuda_plan plan;
+        const cudaError_t err = pcops_knn_nd_cuda_plan_make(
+            dtype, c.B, c.M, c.N, c.D, c.k, c.metric, (pcops_knn_path)path, &plan);
+        if (err != cudaSuccess && forced != nullptr)
+            forced_path_refused(kPathOp, forced, nd_sizes(c.B, c.M, c.N, c.k, c.D));
+        check_cuda(kOp, err);
+        at::Tensor workspace = workspace_tensor(kOp, plan.workspace_bytes, c.query);
+        check_cuda(kOp, pcops_knn_nd_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
+                                              ptr_or_null(c.query_lengths),
+                                              ptr_or_null(c.ref_lengths),
+                                              workspace_ptr(workspace), c.dist2.data_ptr(),
+                                              c.idx.data_ptr<int64_t>(),
+                                              at::cuda::getCurrentCUDAStream()));
         return {to_dist_dtype(kOp, "k", c.dist2, query.scalar_type()), c.idx};
     }
     pcops_knn_cuda_plan plan;

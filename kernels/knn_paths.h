@@ -14,6 +14,7 @@
     X(GRID_BASELINE, 4, "grid_baseline", PCOPS_ON_CPU | PCOPS_ON_CUDA, PCOPS_ANY_FLOAT)      \
     X(WARP_SELECT, 5, "warp_select", PCOPS_ON_CUDA, PCOPS_F32)                               \
     X(GRID_SELECT, 6, "grid_select", PCOPS_ON_CUDA, PCOPS_F32)                               \
-    X(GRID_BATCH, 7, "grid_batch", PCOPS_ON_CUDA, PCOPS_F32)
+    X(GRID_BATCH, 7, "grid_batch", PCOPS_ON_CUDA, PCOPS_F32)                                 \
+    X(TC, 8, "tc", PCOPS_ON_CUDA, PCOPS_F32)
 
 #endif /* PCOPS_KNN_PATHS_H */

@@ -47,6 +47,7 @@ PATHS: Dict[str, Dict[str, Tuple[int, Tuple[str, ...], Tuple[str, ...]]]] = {
         "warp_select": (5, (CUDA,), F32),
         "grid_select": (6, (CUDA,), F32),
         "grid_batch": (7, (CUDA,), F32),
+        "tc": (8, (CUDA,), F32),
     },
     "ball_query": {
         "auto": (0, (CPU, CUDA), ANY),
