@@ -1,7 +1,7 @@
 /*
  * knn_nd.cu -- k nearest neighbours in any dimension D on CUDA (kernels/pcops.h,
- * pcops_knn_nd_cuda_plan_make / pcops_knn_nd_cuda_run): query[B,M,D], ref[B,N,D] -> dist[B,M,K], idx[B,M,K] (int64), for the
- * metrics L2 (squared), L1 and COSINE.
+ * pcops_knn_nd_cuda_plan_make / pcops_knn_nd_cuda_run): query[B,M,D], ref[B,N,D] ->
+ * dist[B,M,K], idx[B,M,K] (int64), for the metrics L2 (squared), L1 and COSINE.
  *
  * The simple reference of the dimension-free kNN: a thread per query, every valid ref of its
  * cloud in index order, each distance summed over d = 0 .. D-1 in order with the step

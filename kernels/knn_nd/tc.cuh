@@ -17,8 +17,9 @@
  *      d~ + e; pass 2 keeps every ref with d~ - e <= tau(q). Every ref among the K nearest by
  *      (d, index) is kept: if d~_r - e_r > tau, then d_r >= d~_r - e_r > tau >= d~_s + e_s >=
  *      d_s for at least K refs s, which all come before r. A block takes 64 queries, four warps
- *      of 16, and walks the refs in tiles of 64, both staged through shared memory in chunks
- *      of 32 coordinates (zero-padded: zeros add nothing to g);
+ *      of 16, and walks the refs in tiles of 64, staged through shared memory in chunks of 32
+ *      coordinates (zero-padded: zeros add nothing to g); the queries' coordinates are staged
+ *      once per block where D <= kTcResidentD, with each chunk of refs above;
  *   3. re-rank: a warp a query computes the exact distances of its shortlist (knn_nd.h's
  *      steps, the brute force's order: the same bits) and writes the K smallest keys
  *      (d, index), each entry at its rank among the shortlist (indices are distinct, so the
@@ -54,7 +55,8 @@
  *      (1 + t)^2 S: more than twice the measured behaviour, whatever order the hardware uses.
  *   c. norms: n_p = |p|^2 (1 + e), |e| <= gamma_D, so |Delta n_p| <= 2 D u n_p, and
  *      |q| |r| <= (1 + 2 D u) sqrt(n_q n_r) <= (1 + 2 D u)(1 + 2u) s_q s_r.
- *   d. d~'s own two roundings: <= u (n_q + n_r) + u |d~| <= 4 u (n_q + n_r) (|g| <= 0.6 (n_q + n_r)).
+ *   d. d~'s own two roundings: <= u (n_q + n_r) + u |d~| <= 4 u (n_q + n_r), as
+ *      |g| <= 0.6 (n_q + n_r).
  *   e. the brute force: |d - delta| <= gamma_{D+2} delta, delta <= 2 (|q|^2 + |r|^2), so
  *      <= 3 (D + 2) u (n_q + n_r).
  *   f. the comparisons' roundings: fl(d~ + e) and fl(d~ - e) lie within u (|d~| + e) <=
@@ -79,6 +81,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../geometry.h"
 #include "../knn_nd.h"
@@ -90,6 +93,9 @@ constexpr int kTcQueries = 64;    // queries a block: 16 a warp (the mma's M)
 constexpr int kTcRefs = 64;       // refs a tile: 8 column blocks of the mma's N = 8
 constexpr int kTcChunk = 32;      // coordinates a staged chunk: 4 mma steps of K = 8
 constexpr int kTcStride = kTcChunk + 4;  // padded rows: the fragment loads hit 32 banks
+// Up to this D (rounded up to kTcChunk) a block stages its 64 queries' coordinates once, in
+// dynamic shared memory (64 x (D + 4) floats, 66.5 KiB at 256), instead of once per ref tile.
+constexpr int64_t kTcResidentD = 256;
 constexpr int kTcRerankWarps = 4;
 constexpr int64_t kTcMinD = 16;
 constexpr int64_t kTcMaxD = 65536;
@@ -193,6 +199,10 @@ __global__ void tc_norms_kernel(const float* __restrict__ query, const float* __
 // The shortlists: a block per (cloud, tile of 64 queries), grid-stride. count[b * M + m]: the
 // shortlist's length, C + 1 for a query the brute force takes, 0 for an invalid query;
 // shortlist[(b * M + m) * C + i]: its refs (in no particular order).
+//
+// The queries' coordinates live in dynamic shared memory, rows of qstride floats: the whole
+// (padded) D when resident (D <= kTcResidentD, staged once per tile of queries), else one
+// chunk (staged with each chunk of refs).
 template <int KL>
 __global__ void __launch_bounds__(kTcThreads)
     tc_shortlist_kernel(const float* __restrict__ query, const float* __restrict__ ref,
@@ -201,7 +211,7 @@ __global__ void __launch_bounds__(kTcThreads)
                         int64_t D, int64_t C, TcBound bound, const float4* __restrict__ qinfo,
                         const float4* __restrict__ rinfo, const int* __restrict__ bad,
                         int* __restrict__ count, int* __restrict__ shortlist) {
-    __shared__ float qs[kTcQueries][kTcStride];
+    extern __shared__ float qs[];  // [kTcQueries][qstride]
     __shared__ float rs[kTcRefs][kTcStride];
     __shared__ float4 rinfo_s[kTcRefs];
     __shared__ float qn_s[kTcQueries], qa_s[kTcQueries], qw_s[kTcQueries];
@@ -211,6 +221,9 @@ __global__ void __launch_bounds__(kTcThreads)
     const int g = lane / 4, j = lane % 4;
     const int row0 = warp * 16 + g, row1 = row0 + 8;  // this lane's two query rows
     const int64_t tiles = (M + kTcQueries - 1) / kTcQueries;
+    const int64_t padded = (D + kTcChunk - 1) / kTcChunk * kTcChunk;
+    const bool resident = padded <= kTcResidentD;
+    const int64_t qcols = resident ? padded : kTcChunk, qstride = qcols + 4;
 
     for (int64_t blk = blockIdx.x; blk < B * tiles; blk += gridDim.x) {
         const int64_t b = blk / tiles, q0 = (blk % tiles) * kTcQueries;
@@ -234,6 +247,13 @@ __global__ void __launch_bounds__(kTcThreads)
             const float qw[2] = {qw_s[row0], qw_s[row1]};
             const bool live[2] = {q0 + row0 < Lq, q0 + row1 < Lq};
             float tau[2] = {INFINITY, INFINITY};
+            if (resident) {  // the tile's queries, all coordinates, once
+                for (int64_t e = tid; e < kTcQueries * qcols; e += kTcThreads) {
+                    const int64_t r = e / qcols, d = e % qcols, q = q0 + r;
+                    qs[r * qstride + d] =
+                        (q < Lq && d < D) ? tc_round(query[(b * M + q) * D + d]) : 0.0f;
+                }
+            }
             for (int pass = 0; pass < 2; ++pass) {
                 float keep[2][KL];
 #pragma unroll
@@ -241,15 +261,19 @@ __global__ void __launch_bounds__(kTcThreads)
                 for (int64_t r0 = 0; r0 < L; r0 += kTcRefs) {
                     float acc[8][4];
 #pragma unroll
-                    for (int c = 0; c < 8; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+                    for (int c = 0; c < 8; ++c)
+#pragma unroll
+                        for (int h = 0; h < 4; ++h) acc[c][h] = 0.0f;
                     for (int64_t d0 = 0; d0 < D; d0 += kTcChunk) {
                         __syncthreads();  // the previous chunk is read
-                        // stage 64 query rows and 64 ref rows of this chunk, rounded to TF32;
-                        // rows and coordinates past the valid ones are 0
-                        for (int e = tid; e < kTcQueries * kTcChunk; e += kTcThreads) {
+                        // stage 64 ref rows (and, unless resident, 64 query rows) of this
+                        // chunk, rounded to TF32; rows and coordinates past the valid ones are 0
+                        for (int e = tid; e < kTcRefs * kTcChunk; e += kTcThreads) {
                             const int r = e / kTcChunk, c = e % kTcChunk;
                             const int64_t d = d0 + c, q = q0 + r, n = r0 + r;
-                            qs[r][c] = (q < Lq && d < D) ? tc_round(query[(b * M + q) * D + d]) : 0.0f;
+                            if (!resident)
+                                qs[r * qstride + c] =
+                                    (q < Lq && d < D) ? tc_round(query[(b * M + q) * D + d]) : 0.0f;
                             rs[r][c] = (n < L && d < D) ? tc_round(ref[(b * N + n) * D + d]) : 0.0f;
                         }
                         if (d0 == 0 && tid < kTcRefs)
@@ -258,11 +282,13 @@ __global__ void __launch_bounds__(kTcThreads)
                         __syncthreads();
 #pragma unroll
                         for (int kk = 0; kk < kTcChunk; kk += 8) {
+                            const float* q0row = qs + row0 * qstride + (resident ? d0 : 0) + kk + j;
+                            const float* q1row = qs + row1 * qstride + (resident ? d0 : 0) + kk + j;
                             uint32_t a[4];
-                            a[0] = __float_as_uint(qs[row0][kk + j]);
-                            a[1] = __float_as_uint(qs[row1][kk + j]);
-                            a[2] = __float_as_uint(qs[row0][kk + j + 4]);
-                            a[3] = __float_as_uint(qs[row1][kk + j + 4]);
+                            a[0] = __float_as_uint(q0row[0]);
+                            a[1] = __float_as_uint(q1row[0]);
+                            a[2] = __float_as_uint(q0row[4]);
+                            a[3] = __float_as_uint(q1row[4]);
 #pragma unroll
                             for (int c = 0; c < 8; ++c)
                                 tc_mma(acc[c], a, __float_as_uint(rs[c * 8 + g][kk + j]),
@@ -398,6 +424,29 @@ inline size_t tc_workspace_bytes(int64_t B, int64_t M, int64_t N, int64_t K) {
     return pcops_carver_bytes(&w);
 }
 
+// Dynamic shared memory of the shortlist kernel: its queries' rows (see the kernel).
+inline size_t tc_query_smem_bytes(int64_t D) {
+    const int64_t padded = (D + kTcChunk - 1) / kTcChunk * kTcChunk;
+    const int64_t cols = padded <= kTcResidentD ? padded : kTcChunk;
+    return (size_t)kTcQueries * (size_t)(cols + 4) * sizeof(float);
+}
+
+template <int KL>
+cudaError_t launch_shortlist(unsigned grid, size_t smem, cudaStream_t stream, const float* query,
+                             const float* ref, const int64_t* query_lengths,
+                             const int64_t* ref_lengths, int64_t B, int64_t M, int64_t N,
+                             int64_t D, int64_t C, TcBound bound, const TcWorkspace& ws) {
+    // above 48 KiB a kernel must opt in (the resident rows: 66.5 KiB at D = 256; every sm_80+
+    // device allows it, with the static 10 KiB)
+    cudaError_t err = cudaFuncSetAttribute(tc_shortlist_kernel<KL>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return err;
+    tc_shortlist_kernel<KL><<<grid, kTcThreads, smem, stream>>>(
+        query, ref, query_lengths, ref_lengths, B, M, N, D, C, bound, ws.qinfo, ws.rinfo, ws.bad,
+        ws.count, ws.shortlist);
+    return cudaGetLastError();
+}
+
 // Steps 1-3 of the header; the queries left with count C + 1 are the caller's (the brute
 // force over `count`, knn_nd.cu). Returns the workspace's counts through *count_out.
 inline cudaError_t launch_tc(const float* query, const float* ref, const int64_t* query_lengths,
@@ -418,19 +467,20 @@ inline cudaError_t launch_tc(const float* query, const float* ref, const int64_t
     const int64_t blocks = B * ((M + kTcQueries - 1) / kTcQueries);
     const unsigned grid = (unsigned)(blocks < INT32_MAX ? blocks : INT32_MAX);
     const int kl = tc_lane_k(K);
-#define PCOPS_TC_SHORTLIST(KL)                                                               \
-    tc_shortlist_kernel<KL><<<grid, kTcThreads, 0, stream>>>(                                \
-        query, ref, query_lengths, ref_lengths, B, M, N, D, C, bound, ws.qinfo, ws.rinfo,    \
-        ws.bad, ws.count, ws.shortlist)
+    const size_t smem = tc_query_smem_bytes(D);
+    auto shortlist = [&](auto lanes) {
+        return launch_shortlist<decltype(lanes)::value>(grid, smem, stream, query, ref,
+                                                        query_lengths, ref_lengths, B, M, N, D,
+                                                        C, bound, ws);
+    };
     switch (kl) {
-        case 1: PCOPS_TC_SHORTLIST(1); break;
-        case 2: PCOPS_TC_SHORTLIST(2); break;
-        case 4: PCOPS_TC_SHORTLIST(4); break;
-        case 8: PCOPS_TC_SHORTLIST(8); break;
-        default: PCOPS_TC_SHORTLIST(16); break;
+        case 1: err = shortlist(std::integral_constant<int, 1>{}); break;
+        case 2: err = shortlist(std::integral_constant<int, 2>{}); break;
+        case 4: err = shortlist(std::integral_constant<int, 4>{}); break;
+        case 8: err = shortlist(std::integral_constant<int, 8>{}); break;
+        default: err = shortlist(std::integral_constant<int, 16>{}); break;
     }
-#undef PCOPS_TC_SHORTLIST
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (err != cudaSuccess) return err;
     tc_rerank_kernel<<<pcops_grid_stride_blocks(B * M, kTcRerankWarps), kTcRerankWarps * 32, 0,
                        stream>>>(query, ref, query_lengths, B, M, N, D, K, C, ws.count,
                                  ws.shortlist, dist, idx);
