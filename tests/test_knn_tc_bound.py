@@ -163,27 +163,29 @@ def test_huge_norms_are_refused(gen):
     assert (n > NORM_LIMIT).all()  # 1e36 * 64 per point: the brute force's
 
 
-@pytest.mark.parametrize("kind", ["gaussian", "sphere", "duplicates", "relu"])
+@pytest.mark.parametrize("kind", ["gaussian", "sphere", "duplicates", "relu", "halfway"])
 @pytest.mark.parametrize("k", [1, 5, 20, 64])
 def test_shortlist_holds_the_k_nearest(gen, kind, k):
-    """tau as the kernel forms it: lane j of a quad sees the columns c with (c % 8) // 2 == j;
-    each lane keeps its KL smallest d~ + e; tau is the largest of the four KL-th values."""
+    """tau as the kernel forms it (tc_quad_kth): lane j of a quad sees the columns c with
+    (c % 8) // 2 == j and keeps its KL smallest d~ + e; tau is the k-th smallest of the four
+    lanes' kept values together (+inf fills a lane with fewer than KL)."""
     D = 64
     q, r = make_inputs(kind, D, gen)
     d = exact_distances(q, r)
     approx, e, _ = approx_and_bound(q, r, mma_dot(q, r))
     hi, lo = approx + e, approx - e
-    N = r.shape[0]
+    M, N = q.shape[0], r.shape[0]
     kl = lane_k(k)
     lane = (torch.arange(N) % 8) // 2
-    tau = torch.full((q.shape[0],), -math.inf)
+    kept = []
     for j in range(4):
-        h = hi[:, lane == j]
-        kth = (h.sort(dim=1).values[:, kl - 1] if h.shape[1] >= kl
-               else torch.full((q.shape[0],), math.inf))
-        tau = torch.maximum(tau, kth)
+        h = hi[:, lane == j].sort(dim=1).values[:, :kl]
+        pad = torch.full((M, kl - h.shape[1]), math.inf)
+        kept.append(torch.cat([h, pad], 1))
+    tau = torch.cat(kept, 1).sort(dim=1).values[:, k - 1]
     keep = lo <= tau[:, None]
     # the k nearest by (d, index): a stable sort of d
     nearest = d.sort(dim=1, stable=True).indices[:, :k]
     assert torch.gather(keep, 1, nearest).all(), f"{kind}, k = {k}: a true neighbour was dropped"
     assert (keep.sum(1) >= min(k, N)).all()
+    assert (hi <= tau[:, None]).sum(1).min() >= k  # tau bounds at least k refs' d~ + e

@@ -33,9 +33,10 @@
  *
  * tau. Each lane of a quad holds two query rows' values of 2 of every 8 columns, and keeps the
  * KL = ceil(K / 4) (rounded up to 1, 2, 4, 8 or 16) smallest d~ + e it sees per row in
- * registers. tau = the largest of the four lanes' KL-th values: at least 4 KL >= K refs have
- * d~ + e <= tau, which is all the argument above needs (a larger tau only lengthens the
- * shortlist). C = 8 KL + 64.
+ * registers. tau = the K-th smallest of the quad's 4 KL kept values (tc_quad_kth): at least K
+ * refs have d~ + e <= tau, which is all the argument above needs (a larger tau only lengthens
+ * the shortlist), and it is the row's exact K-th smallest unless one lane holds more than KL
+ * of the row's K smallest. C = 8 KL + 64.
  *
  * Why TF32, not bf16 / fp16. The error of d~ is dominated by the operands' rounding, 2 u_in
  * |q| |r|: TF32's u_in = 2^-11 makes the shortlist band 8x narrower than bf16's 2^-8, and fp16
@@ -165,6 +166,37 @@ __device__ __forceinline__ void tc_keep(float (&l)[KL], float v) {
     }
 }
 
+// tau of a query row from its quad's four lists (each lane's KL smallest d~ + e of its own
+// refs, ascending): the K-th smallest value of their union, K <= 4 KL. The union holds actual
+// values of distinct refs (or +inf), so at least K refs lie at or below it; it is at most the
+// largest of the four KL-th values, and equal to the row's true K-th smallest whenever no lane
+// holds more than KL of the row's K smallest. Every lane of the warp must call it.
+template <int KL>
+__device__ __forceinline__ float tc_quad_kth(const float (&l)[KL], int K) {
+    const int base = (threadIdx.x % 32) & ~3;
+    int less[KL], upto[KL];
+#pragma unroll
+    for (int s = 0; s < KL; ++s) less[s] = upto[s] = 0;
+#pragma unroll
+    for (int o = 0; o < 4; ++o) {
+#pragma unroll
+        for (int t = 0; t < KL; ++t) {
+            const float x = __shfl_sync(0xffffffffu, l[t], base + o);
+#pragma unroll
+            for (int s = 0; s < KL; ++s) {
+                less[s] += x < l[s];
+                upto[s] += x <= l[s];
+            }
+        }
+    }
+    float kth = -INFINITY;  // the value v with #{< v} < K <= #{<= v}: one lane at least has it
+#pragma unroll
+    for (int s = 0; s < KL; ++s)
+        if (less[s] < K && upto[s] >= K) kth = l[s];
+    kth = fmaxf(kth, __shfl_xor_sync(0xffffffffu, kth, 1));
+    return fmaxf(kth, __shfl_xor_sync(0xffffffffu, kth, 2));
+}
+
 // ------------------------------------------------------------------------------------------
 // CUDA kernels
 
@@ -208,7 +240,8 @@ __global__ void __launch_bounds__(kTcThreads)
     tc_shortlist_kernel(const float* __restrict__ query, const float* __restrict__ ref,
                         const int64_t* __restrict__ query_lengths,
                         const int64_t* __restrict__ ref_lengths, int64_t B, int64_t M, int64_t N,
-                        int64_t D, int64_t C, TcBound bound, const float4* __restrict__ qinfo,
+                        int64_t D, int64_t K, int64_t C, TcBound bound,
+                        const float4* __restrict__ qinfo,
                         const float4* __restrict__ rinfo, const int* __restrict__ bad,
                         int* __restrict__ count, int* __restrict__ shortlist) {
     extern __shared__ float qs[];  // [kTcQueries][qstride]
@@ -319,12 +352,7 @@ __global__ void __launch_bounds__(kTcThreads)
                 }
                 if (pass == 0) {
 #pragma unroll
-                    for (int rr = 0; rr < 2; ++rr) {
-                        float th = keep[rr][KL - 1];
-                        th = fmaxf(th, __shfl_xor_sync(0xffffffffu, th, 1));
-                        th = fmaxf(th, __shfl_xor_sync(0xffffffffu, th, 2));
-                        tau[rr] = th;
-                    }
+                    for (int rr = 0; rr < 2; ++rr) tau[rr] = tc_quad_kth<KL>(keep[rr], (int)K);
                 }
             }
         }
@@ -435,15 +463,16 @@ template <int KL>
 cudaError_t launch_shortlist(unsigned grid, size_t smem, cudaStream_t stream, const float* query,
                              const float* ref, const int64_t* query_lengths,
                              const int64_t* ref_lengths, int64_t B, int64_t M, int64_t N,
-                             int64_t D, int64_t C, TcBound bound, const TcWorkspace& ws) {
+                             int64_t D, int64_t K, int64_t C, TcBound bound,
+                             const TcWorkspace& ws) {
     // above 48 KiB a kernel must opt in (the resident rows: 66.5 KiB at D = 256; every sm_80+
     // device allows it, with the static 10 KiB)
     cudaError_t err = cudaFuncSetAttribute(tc_shortlist_kernel<KL>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
     tc_shortlist_kernel<KL><<<grid, kTcThreads, smem, stream>>>(
-        query, ref, query_lengths, ref_lengths, B, M, N, D, C, bound, ws.qinfo, ws.rinfo, ws.bad,
-        ws.count, ws.shortlist);
+        query, ref, query_lengths, ref_lengths, B, M, N, D, K, C, bound, ws.qinfo, ws.rinfo,
+        ws.bad, ws.count, ws.shortlist);
     return cudaGetLastError();
 }
 
@@ -471,7 +500,7 @@ inline cudaError_t launch_tc(const float* query, const float* ref, const int64_t
     auto shortlist = [&](auto lanes) {
         return launch_shortlist<decltype(lanes)::value>(grid, smem, stream, query, ref,
                                                         query_lengths, ref_lengths, B, M, N, D,
-                                                        C, bound, ws);
+                                                        K, C, bound, ws);
     };
     switch (kl) {
         case 1: err = shortlist(std::integral_constant<int, 1>{}); break;
