@@ -128,6 +128,15 @@ inline int tc_lane_k(int64_t K) {
 
 inline int64_t tc_capacity(int64_t K) { return 8 * (int64_t)tc_lane_k(K) + 64; }
 
+// Whether this compilation of the kernels has the mma (sm_80+). The plan refuses older devices;
+// should a build still run the kernels there (PTX for an older architecture JIT-compiled on a
+// newer device), every query goes to the brute force, so the answer stays exact.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr bool kTcHasMma = false;
+#else
+constexpr bool kTcHasMma = true;
+#endif
+
 // The float32 value rounded to TF32 (10 mantissa bits, to nearest, ties away), as a float.
 __device__ __forceinline__ float tc_round(float x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -262,7 +271,7 @@ __global__ void __launch_bounds__(kTcThreads)
         const int64_t b = blk / tiles, q0 = (blk % tiles) * kTcQueries;
         const int64_t Lq = pcops_valid_length(query_lengths, b, M);
         const int64_t L = pcops_valid_length(ref_lengths, b, N);
-        const int cloud_bad = bad[b];
+        const int cloud_bad = bad[b] || !kTcHasMma;
         __syncthreads();  // the previous tile is done with the shared arrays
         if (tid < kTcQueries) {
             const int64_t q = q0 + tid;
