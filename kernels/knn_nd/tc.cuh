@@ -49,11 +49,15 @@
  * S = sum_d |q_d r_d| <= |q| |r|. With D <= kTcMaxD (D u <= 2^-8), gamma_n = n u / (1 - n u):
  *   a. operands: q~_d = q_d (1 + a_d), r~_d = r_d (1 + b_d), |a_d|, |b_d| <= t, so
  *      |q~.r~ - q.r| <= (2 t + t^2) S.
- *   b. accumulation: the tensor cores' float32 accumulation is not IEEE (inputs aligned to the
- *      largest addend, truncated; Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of
- *      NVIDIA tensor cores", PeerJ CS 2021, measured an error of a few units of 2^-23 per
- *      accumulation step of 8 products). Taken as (D + 8) v S~, S~ = sum |q~_d r~_d| <=
- *      (1 + t)^2 S: more than twice the measured behaviour, whatever order the hardware uses.
+ *   b. accumulation: the tensor cores' float32 accumulation is not IEEE and not documented
+ *      (Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ
+ *      CS 2021: exact products, aligned to the largest addend, truncated). Assume only that
+ *      much, with no guard bits: a step adds 8 exact products p_i to c, each of the 9 addends
+ *      aligned to the largest (m) and truncated to 24 bits (each loses < 2^-23 m), the sum
+ *      truncated to 24 bits (< 2^-23 of it): < 10 * 2^-23 (|c| + sum |p_i|) <= 10 * 2^-23 S~
+ *      per step, S~ = sum |q~_d r~_d| <= (1 + t)^2 S; D / 8 steps: < 1.25 * 2^-23 D S~. The
+ *      bound takes (D + 8) v S~, over 6 times that (any order of the steps, any grouping of
+ *      at most 8 products).
  *   c. norms: n_p = |p|^2 (1 + e), |e| <= gamma_D, so |Delta n_p| <= 2 D u n_p, and
  *      |q| |r| <= (1 + 2 D u) sqrt(n_q n_r) <= (1 + 2 D u)(1 + 2u) s_q s_r.
  *   d. d~'s own two roundings: <= u (n_q + n_r) + u |d~| <= 4 u (n_q + n_r), as
