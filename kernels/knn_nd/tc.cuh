@@ -56,8 +56,8 @@
  *      aligned to the largest (m) and truncated to 24 bits (each loses < 2^-23 m), the sum
  *      truncated to 24 bits (< 2^-23 of it): < 10 * 2^-23 (|c| + sum |p_i|) <= 10 * 2^-23 S~
  *      per step, S~ = sum |q~_d r~_d| <= (1 + t)^2 S; D / 8 steps: < 1.25 * 2^-23 D S~. The
- *      bound takes (D + 8) v S~, over 6 times that (any order of the steps, any grouping of
- *      at most 8 products).
+ *      bound takes (D + 8) v S~, over 6 times that; steps of any n products would give
+ *      (D / n)(n + 2) 2^-23 S~ <= 3 * 2^-23 D S~, still inside.
  *   c. norms: n_p = |p|^2 (1 + e), |e| <= gamma_D, so |Delta n_p| <= 2 D u n_p, and
  *      |q| |r| <= (1 + 2 D u) sqrt(n_q n_r) <= (1 + 2 D u)(1 + 2u) s_q s_r.
  *   d. d~'s own two roundings: <= u (n_q + n_r) + u |d~| <= 4 u (n_q + n_r), as
