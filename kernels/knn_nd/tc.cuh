@@ -9,7 +9,7 @@
  * What it does. The exact search (knn_nd.cu's brute force) spends D exactly rounded steps on
  * every pair. In feature space that is a matrix product's work, and the tensor cores do it an
  * order of magnitude faster, approximately. So:
- *   1. norms: per point p, n_p = |p|^2 in float32 and s_p = sqrt(n_p) (a thread a point);
+ *   1. norms: per point p, n_p = |p|^2 in float32 and s_p = sqrt(n_p) (a warp a point);
  *   2. shortlist: per query q and ref r, g = q~ . r~ on the tensor cores (mma m16n8k8, TF32
  *      operands, float32 accumulation) and the approximate distance d~ = (n_q + n_r) - 2 g with
  *      a bound e(q, r) >= |d~ - d| on its distance from d, the exact distance of the brute
@@ -58,7 +58,8 @@
  *      per step, S~ = sum |q~_d r~_d| <= (1 + t)^2 S; D / 8 steps: < 1.25 * 2^-23 D S~. The
  *      bound takes (D + 8) v S~, over 6 times that; steps of any n products would give
  *      (D / n)(n + 2) 2^-23 S~ <= 3 * 2^-23 D S~, still inside.
- *   c. norms: n_p = |p|^2 (1 + e), |e| <= gamma_D, so |Delta n_p| <= 2 D u n_p, and
+ *   c. norms: n_p = |p|^2 (1 + e), |e| <= gamma_D (D rounded squares, all >= 0, summed in
+ *      any order: the norms kernel's lanes and shuffle tree), so |Delta n_p| <= 2 D u n_p, and
  *      |q| |r| <= (1 + 2 D u) sqrt(n_q n_r) <= (1 + 2 D u)(1 + 2u) s_q s_r.
  *   d. d~'s own two roundings: <= u (n_q + n_r) + u |d~| <= 4 u (n_q + n_r), as
  *      |g| <= 0.6 (n_q + n_r).
@@ -215,18 +216,28 @@ __device__ __forceinline__ float tc_quad_kth(const float (&l)[KL], int K) {
 
 // Per point (the B * M queries, then the B * N refs): {n_p, s_p, w_p, 1 if the point is the
 // brute force's}. A ref above the limit marks its cloud (bad[b]); invalid refs do not count.
-__global__ void tc_norms_kernel(const float* __restrict__ query, const float* __restrict__ ref,
-                                const int64_t* __restrict__ ref_lengths, int64_t B, int64_t M,
-                                int64_t N, int64_t D, TcBound bound, float4* __restrict__ qinfo,
-                                float4* __restrict__ rinfo, int* __restrict__ bad) {
+// A warp a point, grid-stride: the lanes read the row coalesced (lane l: coordinates l, l + 32,
+// ...), each sums its squares in order, and a butterfly of shuffles adds the 32 partial sums
+// (float addition commutes, so every lane ends with the same bits). The bound's term (c) holds
+// for any order of summation of the D rounded squares, so this order is as good as any.
+constexpr int kTcNormWarps = 4;
+__global__ void __launch_bounds__(kTcNormWarps * 32)
+    tc_norms_kernel(const float* __restrict__ query, const float* __restrict__ ref,
+                    const int64_t* __restrict__ ref_lengths, int64_t B, int64_t M, int64_t N,
+                    int64_t D, TcBound bound, float4* __restrict__ qinfo,
+                    float4* __restrict__ rinfo, int* __restrict__ bad) {
+    const int lane = threadIdx.x % 32;
     const int64_t total = B * M + B * N;
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
-         t += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; t < total;
+         t += (int64_t)gridDim.x * (blockDim.x / 32)) {
         const bool is_ref = t >= B * M;
         const int64_t p = is_ref ? t - B * M : t;
         const float* x = (is_ref ? ref : query) + p * D;
         float n = 0.0f;
-        for (int64_t d = 0; d < D; ++d) n = knn_nd_dot_step_f32(n, x[d], x[d]);
+        for (int64_t d = lane; d < D; d += 32) n = knn_nd_dot_step_f32(n, x[d], x[d]);
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) n = __fadd_rn(n, __shfl_xor_sync(0xffffffffu, n, o));
+        if (lane != 0) continue;
         const bool ok = n <= kTcNormLimit;  // false for +inf and NaN
         const float s = __fsqrt_rn(n);
         const float w = bound.b * n + 0x1p-100f * (0.5f + n);
@@ -504,7 +515,8 @@ inline cudaError_t launch_tc(const float* query, const float* ref, const int64_t
     const TcBound bound = tc_bound(D);
     cudaError_t err = cudaMemsetAsync(ws.bad, 0, (size_t)B * sizeof(int), stream);
     if (err != cudaSuccess) return err;
-    tc_norms_kernel<<<pcops_grid_stride_blocks(B * (M + N), 128), 128, 0, stream>>>(
+    tc_norms_kernel<<<pcops_grid_stride_blocks(B * (M + N), kTcNormWarps), kTcNormWarps * 32, 0,
+                      stream>>>(
         query, ref, ref_lengths, B, M, N, D, bound, ws.qinfo, ws.rinfo, ws.bad);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     const int64_t blocks = B * ((M + kTcQueries - 1) / kTcQueries);
