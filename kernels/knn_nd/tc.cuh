@@ -20,8 +20,9 @@
  *      of 16, and walks the refs in tiles of 64, staged through shared memory in chunks of 32
  *      coordinates (zero-padded: zeros add nothing to g); the queries' coordinates are staged
  *      once per block where D <= kTcResidentD, with each chunk of refs above;
- *   3. re-rank: a warp a query computes the exact distances of its shortlist (knn_nd.h's
- *      steps, the brute force's order: the same bits) and writes the K smallest keys
+ *   3. re-rank: a warp a query computes the exact distances of its shortlist, a lane a
+ *      candidate (knn_nd.h's steps, the brute force's order: the same bits; the rows staged
+ *      coalesced through shared memory, 32 coordinates at a time) and writes the K smallest keys
  *      (d, index), each entry at its rank among the shortlist (indices are distinct, so the
  *      ranks are), -1 / +inf past the shortlist;
  *   4. fallback: a query whose shortlist overflows C, a query whose norm is above
@@ -394,6 +395,12 @@ __global__ void __launch_bounds__(kTcThreads)
 // The exact re-rank: a warp a (cloud, query), grid-stride. Valid queries whose count is at
 // most C get their K smallest keys (exact distance, index) from the shortlist; invalid
 // queries an empty row; the others are left to the brute force.
+//
+// The exact distances: lane l of the warp takes candidate i0 + l of each group of 32 and runs
+// its sum exactly as the brute force does (knn_nd_l2_step_f32 over d = 0 .. D - 1 from +0),
+// fed chunk by chunk of 32 coordinates: the warp loads the chunk of the 32 candidates' rows
+// coalesced (a row a load instruction) into a padded 32 x 33 tile, and the query's chunk into
+// a row, so a lane reads its candidate's coordinates from shared memory in order.
 __global__ void __launch_bounds__(kTcRerankWarps * 32)
     tc_rerank_kernel(const float* __restrict__ query, const float* __restrict__ ref,
                      const int64_t* __restrict__ query_lengths, int64_t B, int64_t M, int64_t N,
@@ -403,6 +410,8 @@ __global__ void __launch_bounds__(kTcRerankWarps * 32)
     constexpr int kMaxC = 8 * 16 + 64;
     __shared__ float sd[kTcRerankWarps][kMaxC];
     __shared__ int si[kTcRerankWarps][kMaxC];
+    __shared__ float tile[kTcRerankWarps][32][33];  // [candidate][coordinate of the chunk]
+    __shared__ float qrow[kTcRerankWarps][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int64_t t = (int64_t)blockIdx.x * kTcRerankWarps + warp; t < B * M;
          t += (int64_t)gridDim.x * kTcRerankWarps) {
@@ -419,13 +428,29 @@ __global__ void __launch_bounds__(kTcRerankWarps * 32)
         const int c = count[t];
         if (c > C) continue;
         const float* q = query + t * D;
-        for (int i = lane; i < c; i += 32) {
-            const int n = shortlist[t * C + i];
-            const float* r = ref + (b * N + n) * D;
+        const float* cloud = ref + b * N * D;
+        for (int i0 = 0; i0 < c; i0 += 32) {  // warp-uniform: c is the warp's
+            const int i = i0 + lane;
+            const int n = i < c ? shortlist[t * C + i] : 0;
             float acc = 0.0f;
-            for (int64_t d = 0; d < D; ++d) acc = knn_nd_l2_step_f32(acc, q[d], r[d]);
-            sd[warp][i] = acc;
-            si[warp][i] = n;
+            for (int64_t d0 = 0; d0 < D; d0 += 32) {
+                const int64_t d = d0 + lane;
+                const int width = D - d0 < 32 ? (int)(D - d0) : 32;
+#pragma unroll
+                for (int rr = 0; rr < 32; ++rr) {
+                    const int nr = __shfl_sync(0xffffffffu, n, rr);
+                    tile[warp][rr][lane] = (i0 + rr < c && d < D) ? cloud[nr * D + d] : 0.0f;
+                }
+                qrow[warp][lane] = d < D ? q[d] : 0.0f;
+                __syncwarp();
+                for (int dd = 0; dd < width; ++dd)
+                    acc = knn_nd_l2_step_f32(acc, qrow[warp][dd], tile[warp][lane][dd]);
+                __syncwarp();  // the tile is read before the next chunk overwrites it
+            }
+            if (i < c) {
+                sd[warp][i] = acc;
+                si[warp][i] = n;
+            }
         }
         __syncwarp();
         for (int i = lane; i < c; i += 32) {
