@@ -18,7 +18,8 @@
  *      (d, index) is kept: if d~_r - e_r > tau, then d_r >= d~_r - e_r > tau >= d~_s + e_s >=
  *      d_s for at least K refs s, which all come before r. A block takes 64 queries, four warps
  *      of 16, and walks the refs in tiles of 64, staged through shared memory in chunks of 32
- *      coordinates (zero-padded: zeros add nothing to g); the queries' coordinates are staged
+ *      coordinates (zero-padded: zeros add nothing to g), double-buffered (the next chunk's
+ *      loads in flight during this chunk's products); the queries' coordinates are staged
  *      once per block where D <= kTcResidentD, with each chunk of refs above;
  *   3. re-rank: a warp a query computes the exact distances of its shortlist, a lane a
  *      candidate (knn_nd.h's steps, the brute force's order: the same bits; the rows staged
@@ -258,8 +259,8 @@ __global__ void __launch_bounds__(kTcNormWarps * 32)
 // shortlist[(b * M + m) * C + i]: its refs (in no particular order).
 //
 // The queries' coordinates live in dynamic shared memory, rows of qstride floats: the whole
-// (padded) D when resident (D <= kTcResidentD, staged once per tile of queries), else one
-// chunk (staged with each chunk of refs).
+// (padded) D when resident (D <= kTcResidentD, staged once per tile of queries), else two
+// buffers of one chunk (staged with each chunk of refs).
 template <int KL>
 __global__ void __launch_bounds__(kTcThreads)
     tc_shortlist_kernel(const float* __restrict__ query, const float* __restrict__ ref,
@@ -269,9 +270,9 @@ __global__ void __launch_bounds__(kTcThreads)
                         const float4* __restrict__ qinfo,
                         const float4* __restrict__ rinfo, const int* __restrict__ bad,
                         int* __restrict__ count, int* __restrict__ shortlist) {
-    extern __shared__ float qs[];  // [kTcQueries][qstride]
-    __shared__ float rs[kTcRefs][kTcStride];
-    __shared__ float4 rinfo_s[kTcRefs];
+    extern __shared__ float qs[];  // [kTcQueries][qstride], two buffers unless resident
+    __shared__ float rs[2][kTcRefs][kTcStride];  // two buffers: see the steps below
+    __shared__ float4 rinfo_s[2][kTcRefs];
     __shared__ float qn_s[kTcQueries], qa_s[kTcQueries], qw_s[kTcQueries];
     __shared__ int qbad_s[kTcQueries], cnt_s[kTcQueries];
 
@@ -313,68 +314,103 @@ __global__ void __launch_bounds__(kTcThreads)
                         (q < Lq && d < D) ? tc_round(query[(b * M + q) * D + d]) : 0.0f;
                 }
             }
+            // The (ref tile, chunk) steps of a pass, software-pipelined: step s + 1's rows are
+            // loaded into registers before step s's products and stored into the other buffer
+            // after them, so a step costs one barrier (which also orders the buffers' reuse:
+            // buffer s & 1 is written in step s - 1, read in step s, and written again in step
+            // s + 1, each a barrier apart; the tiles' rinfo_s alike, by tile parity).
+            const int64_t nch = padded / kTcChunk;
+            const int64_t steps = (L + kTcRefs - 1) / kTcRefs * nch;
+            float rv[16], qv[16];
+            float4 iv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            auto load = [&](int64_t s1) {  // step s1's elements of this thread, raw
+                const int64_t r0 = s1 / nch * kTcRefs, d = s1 % nch * kTcChunk + lane;
+#pragma unroll
+                for (int k = 0; k < 16; ++k) {
+                    const int64_t n = r0 + warp + 4 * k;
+                    rv[k] = (n < L && d < D) ? ref[(b * N + n) * D + d] : 0.0f;
+                }
+                if (!resident) {
+#pragma unroll
+                    for (int k = 0; k < 16; ++k) {
+                        const int64_t q = q0 + warp + 4 * k;
+                        qv[k] = (q < Lq && d < D) ? query[(b * M + q) * D + d] : 0.0f;
+                    }
+                }
+                if (s1 % nch == 0 && tid < kTcRefs)
+                    iv = r0 + tid < L ? rinfo[b * N + r0 + tid]
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            };
+            auto store = [&](int64_t s1) {  // into buffer s1 & 1, rounded to TF32
+                const int buf = (int)(s1 & 1);
+#pragma unroll
+                for (int k = 0; k < 16; ++k) rs[buf][warp + 4 * k][lane] = tc_round(rv[k]);
+                if (!resident) {
+#pragma unroll
+                    for (int k = 0; k < 16; ++k)
+                        qs[(buf * kTcQueries + warp + 4 * k) * qstride + lane] = tc_round(qv[k]);
+                }
+                if (s1 % nch == 0 && tid < kTcRefs) rinfo_s[(s1 / nch) & 1][tid] = iv;
+            };
             for (int pass = 0; pass < 2; ++pass) {
                 float keep[2][KL];
 #pragma unroll
                 for (int s = 0; s < KL; ++s) keep[0][s] = keep[1][s] = INFINITY;
-                for (int64_t r0 = 0; r0 < L; r0 += kTcRefs) {
-                    float acc[8][4];
+                float acc[8][4];
+                load(0);
+                store(0);
+                __syncthreads();  // step 0's buffers (and, resident, the queries above)
+                for (int64_t st = 0; st < steps; ++st) {
+                    const int64_t r0 = st / nch * kTcRefs, ci = st % nch, d0 = ci * kTcChunk;
+                    const int buf = (int)(st & 1);
+                    if (ci == 0) {
 #pragma unroll
-                    for (int c = 0; c < 8; ++c)
+                        for (int c = 0; c < 8; ++c)
 #pragma unroll
-                        for (int h = 0; h < 4; ++h) acc[c][h] = 0.0f;
-                    for (int64_t d0 = 0; d0 < D; d0 += kTcChunk) {
-                        __syncthreads();  // the previous chunk is read
-                        // stage 64 ref rows (and, unless resident, 64 query rows) of this
-                        // chunk, rounded to TF32; rows and coordinates past the valid ones are 0
-                        for (int e = tid; e < kTcRefs * kTcChunk; e += kTcThreads) {
-                            const int r = e / kTcChunk, c = e % kTcChunk;
-                            const int64_t d = d0 + c, q = q0 + r, n = r0 + r;
-                            if (!resident)
-                                qs[r * qstride + c] =
-                                    (q < Lq && d < D) ? tc_round(query[(b * M + q) * D + d]) : 0.0f;
-                            rs[r][c] = (n < L && d < D) ? tc_round(ref[(b * N + n) * D + d]) : 0.0f;
-                        }
-                        if (d0 == 0 && tid < kTcRefs)
-                            rinfo_s[tid] = r0 + tid < L ? rinfo[b * N + r0 + tid]
-                                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                        __syncthreads();
-#pragma unroll
-                        for (int kk = 0; kk < kTcChunk; kk += 8) {
-                            const float* q0row = qs + row0 * qstride + (resident ? d0 : 0) + kk + j;
-                            const float* q1row = qs + row1 * qstride + (resident ? d0 : 0) + kk + j;
-                            uint32_t a[4];
-                            a[0] = __float_as_uint(q0row[0]);
-                            a[1] = __float_as_uint(q1row[0]);
-                            a[2] = __float_as_uint(q0row[4]);
-                            a[3] = __float_as_uint(q1row[4]);
-#pragma unroll
-                            for (int c = 0; c < 8; ++c)
-                                tc_mma(acc[c], a, __float_as_uint(rs[c * 8 + g][kk + j]),
-                                       __float_as_uint(rs[c * 8 + g][kk + j + 4]));
-                        }
+                            for (int h = 0; h < 4; ++h) acc[c][h] = 0.0f;
                     }
-                    // the tile's pairs: pass 0 lowers tau's lists, pass 1 collects
+                    if (st + 1 < steps) load(st + 1);
+                    const float* qb = resident ? qs + d0 : qs + buf * kTcQueries * qstride;
 #pragma unroll
-                    for (int c = 0; c < 8; ++c) {
+                    for (int kk = 0; kk < kTcChunk; kk += 8) {
+                        const float* q0row = qb + row0 * qstride + kk + j;
+                        const float* q1row = qb + row1 * qstride + kk + j;
+                        uint32_t a[4];
+                        a[0] = __float_as_uint(q0row[0]);
+                        a[1] = __float_as_uint(q1row[0]);
+                        a[2] = __float_as_uint(q0row[4]);
+                        a[3] = __float_as_uint(q1row[4]);
 #pragma unroll
-                        for (int h = 0; h < 4; ++h) {
-                            const int col = c * 8 + 2 * j + (h & 1), rr = h >> 1;
-                            const int64_t n = r0 + col;
-                            if (n >= L || !live[rr]) continue;
-                            const float4 ri = rinfo_s[col];
-                            const float approx =
-                                __fsub_rn(__fadd_rn(qn[rr], ri.x), 2.0f * acc[c][h]);
-                            const float e = qa[rr] * ri.y + (qw[rr] + ri.z);
-                            if (pass == 0) {
-                                tc_keep<KL>(keep[rr], approx + e);
-                            } else if (approx - e <= tau[rr]) {
-                                const int row = rr ? row1 : row0;
-                                const int pos = atomicAdd(&cnt_s[row], 1);
-                                if (pos < C) shortlist[(b * M + q0 + row) * C + pos] = (int)n;
+                        for (int c = 0; c < 8; ++c)
+                            tc_mma(acc[c], a, __float_as_uint(rs[buf][c * 8 + g][kk + j]),
+                                   __float_as_uint(rs[buf][c * 8 + g][kk + j + 4]));
+                    }
+                    if (st + 1 < steps) store(st + 1);
+                    if (ci == nch - 1) {
+                        // the tile's pairs: pass 0 lowers tau's lists, pass 1 collects
+                        const float4* tinfo = rinfo_s[(st / nch) & 1];
+#pragma unroll
+                        for (int c = 0; c < 8; ++c) {
+#pragma unroll
+                            for (int h = 0; h < 4; ++h) {
+                                const int col = c * 8 + 2 * j + (h & 1), rr = h >> 1;
+                                const int64_t n = r0 + col;
+                                if (n >= L || !live[rr]) continue;
+                                const float4 ri = tinfo[col];
+                                const float approx =
+                                    __fsub_rn(__fadd_rn(qn[rr], ri.x), 2.0f * acc[c][h]);
+                                const float e = qa[rr] * ri.y + (qw[rr] + ri.z);
+                                if (pass == 0) {
+                                    tc_keep<KL>(keep[rr], approx + e);
+                                } else if (approx - e <= tau[rr]) {
+                                    const int row = rr ? row1 : row0;
+                                    const int pos = atomicAdd(&cnt_s[row], 1);
+                                    if (pos < C) shortlist[(b * M + q0 + row) * C + pos] = (int)n;
+                                }
                             }
                         }
                     }
+                    __syncthreads();  // step st's buffers are read; step st + 1's are stored
                 }
                 if (pass == 0) {
 #pragma unroll
@@ -505,8 +541,9 @@ inline size_t tc_workspace_bytes(int64_t B, int64_t M, int64_t N, int64_t K) {
 // Dynamic shared memory of the shortlist kernel: its queries' rows (see the kernel).
 inline size_t tc_query_smem_bytes(int64_t D) {
     const int64_t padded = (D + kTcChunk - 1) / kTcChunk * kTcChunk;
-    const int64_t cols = padded <= kTcResidentD ? padded : kTcChunk;
-    return (size_t)kTcQueries * (size_t)(cols + 4) * sizeof(float);
+    const bool resident = padded <= kTcResidentD;
+    const int64_t cols = resident ? padded : kTcChunk, buffers = resident ? 1 : 2;
+    return (size_t)(buffers * kTcQueries) * (size_t)(cols + 4) * sizeof(float);
 }
 
 template <int KL>
@@ -516,7 +553,7 @@ cudaError_t launch_shortlist(unsigned grid, size_t smem, cudaStream_t stream, co
                              int64_t D, int64_t K, int64_t C, TcBound bound,
                              const TcWorkspace& ws) {
     // above 48 KiB a kernel must opt in (the resident rows: 66.5 KiB at D = 256; every sm_80+
-    // device allows it, with the static 10 KiB)
+    // device allows it, with the static 20.5 KiB)
     cudaError_t err = cudaFuncSetAttribute(tc_shortlist_kernel<KL>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) return err;
