@@ -515,8 +515,8 @@ def test_tc_adversarial_inputs(cuda, gen, kind):
 
 def test_tc_fallback_on_overflowing_shortlists(cuda, gen):
     # all refs equal: every ref is in every shortlist (d~ - e <= tau for all), 260 refs > the
-    # capacity 8 KL + 64 (72 for k = 1, 192 for k = 64): every query falls back to the brute
-    # force; half the cloud equal: some fall back, some not
+    # capacity 2 (8 KL + 64) for k = 1 (144): every query falls back to the brute force (for
+    # k = 64, 384, they fit); half the cloud equal: some fall back, some not
     tc_runs()
     query, ref = tc_adversarial("equal", gen)
     for k in (1, 64):

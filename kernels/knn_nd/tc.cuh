@@ -13,15 +13,21 @@
  *   2. shortlist: per query q and ref r, g = q~ . r~ on the tensor cores (mma m16n8k8, TF32
  *      operands, float32 accumulation) and the approximate distance d~ = (n_q + n_r) - 2 g with
  *      a bound e(q, r) >= |d~ - d| on its distance from d, the exact distance of the brute
- *      force (below). Pass 1 over the cloud gives tau(q), an upper bound of the K-th smallest
- *      d~ + e; pass 2 keeps every ref with d~ - e <= tau(q). Every ref among the K nearest by
- *      (d, index) is kept: if d~_r - e_r > tau, then d_r >= d~_r - e_r > tau >= d~_s + e_s >=
- *      d_s for at least K refs s, which all come before r. A block takes 64 queries, four warps
- *      of 16, and walks the refs in tiles of 64, staged through shared memory in chunks of 32
+ *      force (below). tau(q) is an upper bound of the K-th smallest d~ + e over the cloud;
+ *      every ref among the K nearest by (d, index) has d~ - e <= tau(q): if d~_r - e_r > tau,
+ *      then d_r >= d~_r - e_r > tau >= d~_s + e_s >= d_s for at least K refs s, which all come
+ *      before r. One pass over the refs: after each tile the running tau (from the lists of
+ *      the refs seen so far, tile included; below) is at least the final one, as the lists
+ *      only shrink, so appending the tile's refs with d~ - e <= the running tau appends every
+ *      ref with d~ - e <= the final tau (and some more, under the earlier, larger taus: the
+ *      re-rank drops those, with d~ - e stored beside each ref). A block takes 64 queries,
+ *      four warps of 16, and walks the refs in tiles of 64, staged through shared memory in chunks of 32
  *      coordinates (zero-padded: zeros add nothing to g), double-buffered (the next chunk's
  *      loads in flight during this chunk's products); the queries' coordinates are staged
  *      once per block where D <= kTcResidentD, with each chunk of refs above;
- *   3. re-rank: a warp a query computes the exact distances of its shortlist, a lane a
+ *   3. re-rank: a warp a query keeps the refs of its shortlist with d~ - e <= the final tau
+ *      (a superset of the K nearest, so their ranks among it are their ranks among all refs),
+ *      computes their exact distances, a lane a
  *      candidate (knn_nd.h's steps, the brute force's order: the same bits; the rows staged
  *      coalesced through shared memory, 32 coordinates at a time) and writes the K smallest keys
  *      (d, index), each entry at its rank among the shortlist (indices are distinct, so the
@@ -35,10 +41,13 @@
  *
  * tau. Each lane of a quad holds two query rows' values of 2 of every 8 columns, and keeps the
  * KL = ceil(K / 4) (rounded up to 1, 2, 4, 8 or 16) smallest d~ + e it sees per row in
- * registers. tau = the K-th smallest of the quad's 4 KL kept values (tc_quad_kth): at least K
- * refs have d~ + e <= tau, which is all the argument above needs (a larger tau only lengthens
- * the shortlist), and it is the row's exact K-th smallest unless one lane holds more than KL
- * of the row's K smallest. C = 8 KL + 64.
+ * registers. The final tau = the K-th smallest of the quad's 4 KL kept values (tc_quad_kth):
+ * at least K refs have d~ + e <= tau, which is all the argument above needs (a larger tau only
+ * lengthens the shortlist), and it is the row's exact K-th smallest unless one lane holds more
+ * than KL of the row's K smallest. The running tau after a tile is cheaper: the largest of the
+ * quad's four KL-th kept values (4 KL >= K refs at or below it), never below tc_quad_kth of the
+ * same lists, hence never below the final tau. C = 2 (8 KL + 64): room for the refs appended under
+ * the early taus.
  *
  * Why TF32, not bf16 / fp16. The error of d~ is dominated by the operands' rounding, 2 u_in
  * |q| |r|: TF32's u_in = 2^-11 makes the shortlist band 8x narrower than bf16's 2^-8, and fp16
@@ -133,7 +142,7 @@ inline int tc_lane_k(int64_t K) {
     return kl;
 }
 
-inline int64_t tc_capacity(int64_t K) { return 8 * (int64_t)tc_lane_k(K) + 64; }
+inline int64_t tc_capacity(int64_t K) { return 2 * (8 * (int64_t)tc_lane_k(K) + 64); }
 
 // Whether this compilation of the kernels has the mma (sm_80+). The plan refuses older devices;
 // should a build still run the kernels there (PTX for an older architecture JIT-compiled on a
@@ -256,7 +265,12 @@ __global__ void __launch_bounds__(kTcNormWarps * 32)
 
 // The shortlists: a block per (cloud, tile of 64 queries), grid-stride. count[b * M + m]: the
 // shortlist's length, C + 1 for a query the brute force takes, 0 for an invalid query;
-// shortlist[(b * M + m) * C + i]: its refs (in no particular order).
+// shortlist[(b * M + m) * C + i]: its refs (in no particular order), shortlo[same]: their
+// d~ - e; taus[b * M + m]: the final tau of a query with a shortlist.
+//
+// One pass over the refs: after each tile, the running tau (an upper bound of the final tau,
+// see the header) decides which of the tile's refs are appended; the re-rank drops those whose
+// d~ - e lies above the final tau.
 //
 // The queries' coordinates live in dynamic shared memory, rows of qstride floats: the whole
 // (padded) D when resident (D <= kTcResidentD, staged once per tile of queries), else two
@@ -269,7 +283,8 @@ __global__ void __launch_bounds__(kTcThreads)
                         int64_t D, int64_t K, int64_t C, TcBound bound,
                         const float4* __restrict__ qinfo,
                         const float4* __restrict__ rinfo, const int* __restrict__ bad,
-                        int* __restrict__ count, int* __restrict__ shortlist) {
+                        int* __restrict__ count, int* __restrict__ shortlist,
+                        float* __restrict__ shortlo, float* __restrict__ taus) {
     extern __shared__ float qs[];  // [kTcQueries][qstride], two buffers unless resident
     __shared__ float rs[2][kTcRefs][kTcStride];  // two buffers: see the steps below
     __shared__ float4 rinfo_s[2][kTcRefs];
@@ -314,7 +329,7 @@ __global__ void __launch_bounds__(kTcThreads)
                         (q < Lq && d < D) ? tc_round(query[(b * M + q) * D + d]) : 0.0f;
                 }
             }
-            // The (ref tile, chunk) steps of a pass, software-pipelined: step s + 1's rows are
+            // The (ref tile, chunk) steps, software-pipelined: step s + 1's rows are
             // loaded into registers before step s's products and stored into the other buffer
             // after them, so a step costs one barrier (which also orders the buffers' reuse:
             // buffer s & 1 is written in step s - 1, read in step s, and written again in step
@@ -352,70 +367,87 @@ __global__ void __launch_bounds__(kTcThreads)
                 }
                 if (s1 % nch == 0 && tid < kTcRefs) rinfo_s[(s1 / nch) & 1][tid] = iv;
             };
-            for (int pass = 0; pass < 2; ++pass) {
-                float keep[2][KL];
+            float keep[2][KL];
 #pragma unroll
-                for (int s = 0; s < KL; ++s) keep[0][s] = keep[1][s] = INFINITY;
-                float acc[8][4];
-                load(0);
-                store(0);
-                __syncthreads();  // step 0's buffers (and, resident, the queries above)
-                for (int64_t st = 0; st < steps; ++st) {
-                    const int64_t r0 = st / nch * kTcRefs, ci = st % nch, d0 = ci * kTcChunk;
-                    const int buf = (int)(st & 1);
-                    if (ci == 0) {
+            for (int s = 0; s < KL; ++s) keep[0][s] = keep[1][s] = INFINITY;
+            float acc[8][4];
+            load(0);
+            store(0);
+            __syncthreads();  // step 0's buffers (and, resident, the queries above)
+            for (int64_t st = 0; st < steps; ++st) {
+                const int64_t r0 = st / nch * kTcRefs, ci = st % nch, d0 = ci * kTcChunk;
+                const int buf = (int)(st & 1);
+                if (ci == 0) {
 #pragma unroll
-                        for (int c = 0; c < 8; ++c)
+                    for (int c = 0; c < 8; ++c)
 #pragma unroll
-                            for (int h = 0; h < 4; ++h) acc[c][h] = 0.0f;
+                        for (int h = 0; h < 4; ++h) acc[c][h] = 0.0f;
+                }
+                if (st + 1 < steps) load(st + 1);
+                const float* qb = resident ? qs + d0 : qs + buf * kTcQueries * qstride;
+#pragma unroll
+                for (int kk = 0; kk < kTcChunk; kk += 8) {
+                    const float* q0row = qb + row0 * qstride + kk + j;
+                    const float* q1row = qb + row1 * qstride + kk + j;
+                    uint32_t a[4];
+                    a[0] = __float_as_uint(q0row[0]);
+                    a[1] = __float_as_uint(q1row[0]);
+                    a[2] = __float_as_uint(q0row[4]);
+                    a[3] = __float_as_uint(q1row[4]);
+#pragma unroll
+                    for (int c = 0; c < 8; ++c)
+                        tc_mma(acc[c], a, __float_as_uint(rs[buf][c * 8 + g][kk + j]),
+                               __float_as_uint(rs[buf][c * 8 + g][kk + j + 4]));
+                }
+                if (st + 1 < steps) store(st + 1);
+                if (ci == nch - 1) {  // warp-uniform
+                    // the tile's pairs: d~ + e into the lists, d~ - e kept (in acc) ...
+                    const float4* tinfo = rinfo_s[(st / nch) & 1];
+#pragma unroll
+                    for (int c = 0; c < 8; ++c) {
+#pragma unroll
+                        for (int h = 0; h < 4; ++h) {
+                            const int col = c * 8 + 2 * j + (h & 1), rr = h >> 1;
+                            const float4 ri = tinfo[col];
+                            const float approx =
+                                __fsub_rn(__fadd_rn(qn[rr], ri.x), 2.0f * acc[c][h]);
+                            const float e = qa[rr] * ri.y + (qw[rr] + ri.z);
+                            if (r0 + col < L && live[rr]) tc_keep<KL>(keep[rr], approx + e);
+                            acc[c][h] = approx - e;
+                        }
                     }
-                    if (st + 1 < steps) load(st + 1);
-                    const float* qb = resident ? qs + d0 : qs + buf * kTcQueries * qstride;
+                    // ... the running tau: the largest of the quad's KL-th kept values (at
+                    // least 4 KL >= K refs at or below it; never below the final tau) ...
 #pragma unroll
-                    for (int kk = 0; kk < kTcChunk; kk += 8) {
-                        const float* q0row = qb + row0 * qstride + kk + j;
-                        const float* q1row = qb + row1 * qstride + kk + j;
-                        uint32_t a[4];
-                        a[0] = __float_as_uint(q0row[0]);
-                        a[1] = __float_as_uint(q1row[0]);
-                        a[2] = __float_as_uint(q0row[4]);
-                        a[3] = __float_as_uint(q1row[4]);
-#pragma unroll
-                        for (int c = 0; c < 8; ++c)
-                            tc_mma(acc[c], a, __float_as_uint(rs[buf][c * 8 + g][kk + j]),
-                                   __float_as_uint(rs[buf][c * 8 + g][kk + j + 4]));
+                    for (int rr = 0; rr < 2; ++rr) {
+                        float t = keep[rr][KL - 1];
+                        t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
+                        tau[rr] = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
                     }
-                    if (st + 1 < steps) store(st + 1);
-                    if (ci == nch - 1) {
-                        // the tile's pairs: pass 0 lowers tau's lists, pass 1 collects
-                        const float4* tinfo = rinfo_s[(st / nch) & 1];
+                    // ... and the tile's refs with d~ - e <= tau appended, with d~ - e
 #pragma unroll
-                        for (int c = 0; c < 8; ++c) {
+                    for (int c = 0; c < 8; ++c) {
 #pragma unroll
-                            for (int h = 0; h < 4; ++h) {
-                                const int col = c * 8 + 2 * j + (h & 1), rr = h >> 1;
-                                const int64_t n = r0 + col;
-                                if (n >= L || !live[rr]) continue;
-                                const float4 ri = tinfo[col];
-                                const float approx =
-                                    __fsub_rn(__fadd_rn(qn[rr], ri.x), 2.0f * acc[c][h]);
-                                const float e = qa[rr] * ri.y + (qw[rr] + ri.z);
-                                if (pass == 0) {
-                                    tc_keep<KL>(keep[rr], approx + e);
-                                } else if (approx - e <= tau[rr]) {
-                                    const int row = rr ? row1 : row0;
-                                    const int pos = atomicAdd(&cnt_s[row], 1);
-                                    if (pos < C) shortlist[(b * M + q0 + row) * C + pos] = (int)n;
-                                }
+                        for (int h = 0; h < 4; ++h) {
+                            const int col = c * 8 + 2 * j + (h & 1), rr = h >> 1;
+                            const int64_t n = r0 + col;
+                            if (n >= L || !live[rr] || !(acc[c][h] <= tau[rr])) continue;
+                            const int row = rr ? row1 : row0;
+                            const int pos = atomicAdd(&cnt_s[row], 1);
+                            if (pos < C) {
+                                shortlist[(b * M + q0 + row) * C + pos] = (int)n;
+                                shortlo[(b * M + q0 + row) * C + pos] = acc[c][h];
                             }
                         }
                     }
-                    __syncthreads();  // step st's buffers are read; step st + 1's are stored
                 }
-                if (pass == 0) {
+                __syncthreads();  // step st's buffers are read; step st + 1's are stored
+            }
+            // the final tau, for the re-rank's filter (the quad's lanes agree on it)
 #pragma unroll
-                    for (int rr = 0; rr < 2; ++rr) tau[rr] = tc_quad_kth<KL>(keep[rr], (int)K);
-                }
+            for (int rr = 0; rr < 2; ++rr) {
+                tau[rr] = tc_quad_kth<KL>(keep[rr], (int)K);
+                if (j == 0 && live[rr]) taus[b * M + q0 + (rr ? row1 : row0)] = tau[rr];
             }
         }
         __syncthreads();
@@ -441,9 +473,10 @@ __global__ void __launch_bounds__(kTcRerankWarps * 32)
     tc_rerank_kernel(const float* __restrict__ query, const float* __restrict__ ref,
                      const int64_t* __restrict__ query_lengths, int64_t B, int64_t M, int64_t N,
                      int64_t D, int64_t K, int64_t C, const int* __restrict__ count,
-                     const int* __restrict__ shortlist, float* __restrict__ dist,
+                     const int* __restrict__ shortlist, const float* __restrict__ shortlo,
+                     const float* __restrict__ taus, float* __restrict__ dist,
                      int64_t* __restrict__ idx) {
-    constexpr int kMaxC = 8 * 16 + 64;
+    constexpr int kMaxC = 2 * (8 * 16 + 64);  // tc_capacity(kTcMaxK)
     __shared__ float sd[kTcRerankWarps][kMaxC];
     __shared__ int si[kTcRerankWarps][kMaxC];
     __shared__ float tile[kTcRerankWarps][32][33];  // [candidate][coordinate of the chunk]
@@ -461,13 +494,28 @@ __global__ void __launch_bounds__(kTcRerankWarps * 32)
             }
             continue;
         }
-        const int c = count[t];
-        if (c > C) continue;
+        const int cnt = count[t];
+        if (cnt > C) continue;
+        // the shortlist's refs with d~ - e <= the final tau, packed in order into si: a
+        // superset of the K nearest (the header's argument), so their ranks among it are
+        // their ranks among all refs
+        int c = 0;
+        if (cnt > 0) {
+            const float tau = taus[t];
+            for (int i0 = 0; i0 < cnt; i0 += 32) {  // warp-uniform: cnt is the warp's
+                const int i = i0 + lane;
+                const bool take = i < cnt && shortlo[t * C + i] <= tau;
+                const unsigned mask = __ballot_sync(0xffffffffu, take);
+                if (take) si[warp][c + __popc(mask & ((1u << lane) - 1u))] = shortlist[t * C + i];
+                c += __popc(mask);
+            }
+        }
+        __syncwarp();  // si is written
         const float* q = query + t * D;
         const float* cloud = ref + b * N * D;
         for (int i0 = 0; i0 < c; i0 += 32) {  // warp-uniform: c is the warp's
             const int i = i0 + lane;
-            const int n = i < c ? shortlist[t * C + i] : 0;
+            const int n = i < c ? si[warp][i] : 0;
             float acc = 0.0f;
             for (int64_t d0 = 0; d0 < D; d0 += 32) {
                 const int64_t d = d0 + lane;
@@ -483,10 +531,7 @@ __global__ void __launch_bounds__(kTcRerankWarps * 32)
                     acc = knn_nd_l2_step_f32(acc, qrow[warp][dd], tile[warp][lane][dd]);
                 __syncwarp();  // the tile is read before the next chunk overwrites it
             }
-            if (i < c) {
-                sd[warp][i] = acc;
-                si[warp][i] = n;
-            }
+            if (i < c) sd[warp][i] = acc;
         }
         __syncwarp();
         for (int i = lane; i < c; i += 32) {
@@ -520,6 +565,8 @@ struct TcWorkspace {
     int* bad;
     int* count;
     int* shortlist;
+    float* shortlo;
+    float* taus;
 };
 
 inline void tc_layout(pcops_carver* w, int64_t B, int64_t M, int64_t N, int64_t C,
@@ -529,6 +576,8 @@ inline void tc_layout(pcops_carver* w, int64_t B, int64_t M, int64_t N, int64_t 
     ws->bad = (int*)pcops_carve(w, B, sizeof(int));
     ws->count = (int*)pcops_carve(w, B * M, sizeof(int));
     ws->shortlist = (int*)pcops_carve(w, B * M * C, sizeof(int));
+    ws->shortlo = (float*)pcops_carve(w, B * M * C, sizeof(float));
+    ws->taus = (float*)pcops_carve(w, B * M, sizeof(float));
 }
 
 inline size_t tc_workspace_bytes(int64_t B, int64_t M, int64_t N, int64_t K) {
@@ -559,7 +608,7 @@ cudaError_t launch_shortlist(unsigned grid, size_t smem, cudaStream_t stream, co
     if (err != cudaSuccess) return err;
     tc_shortlist_kernel<KL><<<grid, kTcThreads, smem, stream>>>(
         query, ref, query_lengths, ref_lengths, B, M, N, D, K, C, bound, ws.qinfo, ws.rinfo,
-        ws.bad, ws.count, ws.shortlist);
+        ws.bad, ws.count, ws.shortlist, ws.shortlo, ws.taus);
     return cudaGetLastError();
 }
 
@@ -600,7 +649,7 @@ inline cudaError_t launch_tc(const float* query, const float* ref, const int64_t
     if (err != cudaSuccess) return err;
     tc_rerank_kernel<<<pcops_grid_stride_blocks(B * M, kTcRerankWarps), kTcRerankWarps * 32, 0,
                        stream>>>(query, ref, query_lengths, B, M, N, D, K, C, ws.count,
-                                 ws.shortlist, dist, idx);
+                                 ws.shortlist, ws.shortlo, ws.taus, dist, idx);
     return cudaGetLastError();
 }
 
