@@ -21,10 +21,10 @@
  *      only shrink, so appending the tile's refs with d~ - e <= the running tau appends every
  *      ref with d~ - e <= the final tau (and some more, under the earlier, larger taus: the
  *      re-rank drops those, with d~ - e stored beside each ref). A block takes 64 queries,
- *      four warps of 16, and walks the refs in tiles of 64, staged through shared memory in chunks of 32
- *      coordinates (zero-padded: zeros add nothing to g), double-buffered (the next chunk's
- *      loads in flight during this chunk's products); the queries' coordinates are staged
- *      once per block where D <= kTcResidentD, with each chunk of refs above;
+ *      four warps of 16, and walks the refs in tiles of 64, staged through shared memory in
+ *      chunks of 32 coordinates (zero-padded: zeros add nothing to g), double-buffered (the
+ *      next chunk's loads in flight during this chunk's products); the queries' coordinates are
+ *      staged once per block where D <= kTcResidentD, with each chunk of refs above;
  *   3. re-rank: a warp a query keeps the refs of its shortlist with d~ - e <= the final tau
  *      (a superset of the K nearest, so their ranks among it are their ranks among all refs),
  *      computes their exact distances, a lane a
@@ -45,9 +45,9 @@
  * at least K refs have d~ + e <= tau, which is all the argument above needs (a larger tau only
  * lengthens the shortlist), and it is the row's exact K-th smallest unless one lane holds more
  * than KL of the row's K smallest. The running tau after a tile is cheaper: the largest of the
- * quad's four KL-th kept values (4 KL >= K refs at or below it), never below tc_quad_kth of the
- * same lists, hence never below the final tau. C = 2 (8 KL + 64): room for the refs appended under
- * the early taus.
+ * quad's four kq-th kept values, kq = ceil(K / 4) (4 kq >= K refs at or below it), never below
+ * tc_quad_kth of the same lists, hence never below the final tau. C = 2 (8 KL + 64): room for
+ * the refs appended under the early taus.
  *
  * Why TF32, not bf16 / fp16. The error of d~ is dominated by the operands' rounding, 2 u_in
  * |q| |r|: TF32's u_in = 2^-11 makes the shortlist band 8x narrower than bf16's 2^-8, and fp16
@@ -370,6 +370,7 @@ __global__ void __launch_bounds__(kTcThreads)
             float keep[2][KL];
 #pragma unroll
             for (int s = 0; s < KL; ++s) keep[0][s] = keep[1][s] = INFINITY;
+            const int kq = (int)((K + 3) / 4);  // ceil(K / 4) <= KL
             float acc[8][4];
             load(0);
             store(0);
@@ -416,11 +417,14 @@ __global__ void __launch_bounds__(kTcThreads)
                             acc[c][h] = approx - e;
                         }
                     }
-                    // ... the running tau: the largest of the quad's KL-th kept values (at
-                    // least 4 KL >= K refs at or below it; never below the final tau) ...
+                    // ... the running tau: the largest of the quad's kq-th kept values (at
+                    // least 4 kq >= K refs at or below it; never below the final tau) ...
 #pragma unroll
                     for (int rr = 0; rr < 2; ++rr) {
-                        float t = keep[rr][KL - 1];
+                        float t = INFINITY;
+#pragma unroll
+                        for (int s = 0; s < KL; ++s)  // t = keep[rr][kq - 1], in registers
+                            if (s == kq - 1) t = keep[rr][s];
                         t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
                         tau[rr] = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
                     }
