@@ -71,8 +71,15 @@ def knn_cases(quick, device):
                  (16, 4096, 4096, 32), (16, 4096, 4096, 64), (16, 4096, 4096, 64, F64),
                  (16, 4096, 4096, 65, F64), (4, 8192, 8192, 100), (4, 8192, 8192, 129),
                  (8, 16384, 16384, 16), (1, 100000, 100000, 16), (1, 100000, 100000, 64)]
+    # feature space, self-kNN of standard normal features (B, N, D, k): the tc path of
+    # kernels/knn_nd.cu from kKnnNdTuning's tc_min_d (0: off); D each side of 16 .. 256
+    features = [] if device == "cpu" else [
+        (32, 1024, 16, 20), (32, 1024, 32, 20), (32, 1024, 64, 20), (32, 1024, 128, 20),
+        (32, 1024, 256, 20), (32, 4096, 64, 20), (32, 1024, 64, 1), (32, 1024, 64, 64),
+        (8, 256, 64, 20), (4, 8192, 128, 16)]
     if quick:
         sizes = sizes[::3]
+        features = features[::3]
     cases = []
     for B, M, N, k, *dt in sizes:
         t = dt[0] if dt else torch.float32
@@ -92,6 +99,11 @@ def knn_cases(quick, device):
                 x = torch.randn(B, N, D, generator=g).to(d)
                 return (x, x if self_knn else x.clone(), k)
             cases.append((f"{B}x{N} D={D} k={k} " + ("self" if self_knn else "cross"), make))
+    for B, N, D, k in features:
+        def self_knn(g, d, B=B, N=N, D=D, k=k):
+            x = torch.randn(B, N, D, generator=g).to(d)
+            return x, x, k
+        cases.append((f"{B}x{N} D={D} k={k} self", self_knn))
     return cases
 
 

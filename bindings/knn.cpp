@@ -26,13 +26,15 @@ pcops_knn_metric metric_of(const std::string& metric) {
 }
 
 // Points of D != 3 coordinates, and the metrics other than L2, take the kernels of any
-// dimension (kernels/knn_nd.c, knn_nd.cu): the brute force, and on the CPU its blocked path
-// (float32 L2). The 3-D L2 search keeps its paths. Another forced path cannot take such inputs.
+// dimension (kernels/knn_nd.c, knn_nd.cu): the brute force, on the CPU its blocked path
+// (float32 L2), on CUDA the tensor-core shortlist "tc" (L2, float32, 16 <= D <= 65536, k <= 64,
+// sm_80+). The 3-D L2 search keeps its paths. Another forced path cannot take such inputs.
 void nd_path_refused(const char* forced, int64_t B, int64_t M, int64_t N, int64_t k, int64_t D) {
     forced_path_refused(kPathOp, forced,
                         sizes_of(B, M, N, k) + ", D = " + std::to_string(D) +
                             " (points of D != 3, or a metric other than l2, take the brute "
-                            "force, or on the CPU its blocked path for float32 l2, only)");
+                            "force, or on the CPU its blocked path for float32 l2, or on CUDA "
+                            "'tc': l2, float32, 16 <= D <= 65536, k <= 64, sm_80+)");
 }
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
@@ -134,13 +136,18 @@ std::tuple<Tensor, Tensor> knn_cuda_metric(const Tensor& query, const Tensor& re
     const char* forced =
         path == PCOPS_KNN_AUTO ? nullptr : check_path(kPathOp, "knn", path, true, dtype);
     if (c.nd) {
-        if (forced != nullptr && path != PCOPS_KNN_BRUTE)
+        pcops_knn_nd_cuda_plan plan;
+        const cudaError_t err = pcops_knn_nd_cuda_plan_make(
+            dtype, c.B, c.M, c.N, c.D, c.k, c.metric, (pcops_knn_path)path, &plan);
+        if (err != cudaSuccess && forced != nullptr)
             nd_path_refused(forced, c.B, c.M, c.N, c.k, c.D);
-        check_cuda(kOp, pcops_knn_nd_cuda(dtype, c.query.data_ptr(), c.ref.data_ptr(),
-                                          ptr_or_null(c.query_lengths),
-                                          ptr_or_null(c.ref_lengths), c.B, c.M, c.N, c.D, c.k,
-                                          c.metric, c.dist2.data_ptr(), data<int64_t>(c.idx),
-                                          current_stream(query)));
+        check_cuda(kOp, err);
+        Tensor workspace = workspace_tensor(kOp, plan.workspace_bytes, c.query);
+        check_cuda(kOp, pcops_knn_nd_cuda_run(&plan, c.query.data_ptr(), c.ref.data_ptr(),
+                                              ptr_or_null(c.query_lengths),
+                                              ptr_or_null(c.ref_lengths),
+                                              workspace_ptr(workspace), c.dist2.data_ptr(),
+                                              data<int64_t>(c.idx), current_stream(query)));
         return {to_dist_dtype(kOp, "k", c.dist2, dtype_of(query)), c.idx};
     }
     pcops_knn_cuda_plan plan;

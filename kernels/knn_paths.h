@@ -15,6 +15,7 @@
     X(WARP_SELECT, 5, "warp_select", PCOPS_ON_CUDA, PCOPS_F32)                               \
     X(GRID_SELECT, 6, "grid_select", PCOPS_ON_CUDA, PCOPS_F32)                               \
     X(GRID_BATCH, 7, "grid_batch", PCOPS_ON_CUDA, PCOPS_F32)                                 \
-    X(BRUTE_BLOCKED, 8, "brute_blocked", PCOPS_ON_CPU, PCOPS_F32)
+    X(BRUTE_BLOCKED, 8, "brute_blocked", PCOPS_ON_CPU, PCOPS_F32)                            \
+    X(TC, 9, "tc", PCOPS_ON_CUDA, PCOPS_F32)
 
 #endif /* PCOPS_KNN_PATHS_H */

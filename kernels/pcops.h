@@ -176,8 +176,9 @@ pcops_status pcops_knn_cpu_path(pcops_dtype dtype, const void* query, const void
  * non-finite coordinate is never a neighbour (knn_nd.h).
  * pcops.knn takes these kernels for D != 3 and for metrics other than L2 (the 3-D L2 search
  * keeps the paths of pcops_knn_cpu_path / pcops_knn_cuda_run). Paths (pcops_knn_path): BRUTE
- * (every input), BRUTE_BLOCKED (CPU, float32, L2; knn_nd.c); AUTO lets the plan choose, a
- * forced path that cannot take the inputs is PCOPS_ERROR_INVALID_VALUE.
+ * (every input), BRUTE_BLOCKED (CPU, float32, L2; knn_nd.c), TC (CUDA, the tensor-core
+ * shortlist for L2 in feature space, below); AUTO lets the plan choose, a forced path that
+ * cannot take the inputs is PCOPS_ERROR_INVALID_VALUE (CUDA: cudaErrorInvalidValue).
  * ---------------------------------------------------------------------------------------- */
 typedef enum pcops_knn_metric {
     PCOPS_KNN_L2 = 0,
@@ -499,12 +500,26 @@ cudaError_t pcops_knn_cuda(pcops_dtype dtype, const void* query, const void* ref
                            int64_t* idx, cudaStream_t stream);
 
 /* kNN in any dimension on CUDA (the contract above pcops_knn_nd_cpu): M, N, K at most INT_MAX,
- * D at least 1; no workspace, no host synchronisation. */
-cudaError_t pcops_knn_nd_cuda(pcops_dtype dtype, const void* query, const void* ref,
-                              const int64_t* query_lengths, const int64_t* ref_lengths,
-                              int64_t B, int64_t M, int64_t N, int64_t D, int64_t K,
-                              pcops_knn_metric metric, void* dist, int64_t* idx,
-                              cudaStream_t stream);
+ * D at least 1. Two paths (kernels/knn_nd.cu): BRUTE, the reference (no workspace), and TC,
+ * the tensor-core shortlist re-ranked exactly (L2, float32, 16 <= D <= 65536, K <= 64, sm_80+;
+ * the same bits). The plan is made from the sizes, the current device and a path (AUTO: the
+ * tuning table's choice; a forced path that cannot run: cudaErrorInvalidValue); allocate
+ * plan.workspace_bytes, then run it. No host synchronisation. */
+typedef struct pcops_knn_nd_cuda_plan {
+    pcops_dtype dtype;
+    int64_t B, M, N, D, K;
+    pcops_knn_metric metric;
+    pcops_knn_path path;    /* what runs: BRUTE or TC (never AUTO) */
+    int64_t capacity;       /* TC: shortlist entries a query */
+    size_t workspace_bytes; /* device workspace pcops_knn_nd_cuda_run needs */
+} pcops_knn_nd_cuda_plan;
+cudaError_t pcops_knn_nd_cuda_plan_make(pcops_dtype dtype, int64_t B, int64_t M, int64_t N,
+                                        int64_t D, int64_t K, pcops_knn_metric metric,
+                                        pcops_knn_path path, pcops_knn_nd_cuda_plan* plan);
+cudaError_t pcops_knn_nd_cuda_run(const pcops_knn_nd_cuda_plan* plan, const void* query,
+                                  const void* ref, const int64_t* query_lengths,
+                                  const int64_t* ref_lengths, void* workspace, void* dist,
+                                  int64_t* idx, cudaStream_t stream);
 
 /* FPS and ball query in any dimension on CUDA (the contracts above pcops_fps_nd_cpu): N, M
  * at most INT_MAX; FPS takes start modulo lengths[b] (unchecked values); no host

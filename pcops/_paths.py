@@ -48,6 +48,7 @@ PATHS: Dict[str, Dict[str, Tuple[int, Tuple[str, ...], Tuple[str, ...]]]] = {
         "grid_select": (6, (CUDA,), F32),
         "grid_batch": (7, (CUDA,), F32),
         "brute_blocked": (8, (CPU,), F32),
+        "tc": (9, (CUDA,), F32),
     },
     "ball_query": {
         "auto": (0, (CPU, CUDA), ANY),

@@ -430,3 +430,132 @@ def test_cuda_matches_cpu_bitwise(cuda, gen, D, metric, dtype):
                                metric=metric)
         assert_equal(i_cu.cpu(), i_cpu, what=f"idx (k = {k})")
         assert_equal(d_cu.cpu(), d_cpu, what=f"dist (k = {k})")
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA: the tensor-core shortlist ("tc", kernels/knn_nd/tc.cuh) against the brute force, bit for
+# bit. The tc path needs sm_80+; on older GPUs forcing it raises.
+
+
+def tc_runs():
+    major, _ = torch.cuda.get_device_capability()
+    if major < 8:
+        pytest.skip("the tc path needs sm_80 or newer")
+
+
+def check_tc(query, ref, k, q_lens=None, r_lens=None, reference=True):
+    """Forced tc == forced brute (CUDA) bit for bit, and (reference) == the ordered NumPy
+    reference on the float32 values."""
+    qc, rc = query.cuda(), ref.cuda()
+    ql = None if q_lens is None else q_lens.cuda()
+    rl = None if r_lens is None else r_lens.cuda()
+    d_tc, i_tc = force("knn", "tc", qc, rc, k, ql, rl)
+    d_br, i_br = force("knn", "brute", qc, rc, k, ql, rl)
+    assert_equal(i_tc.cpu(), i_br.cpu(), what=f"tc idx vs brute (k = {k})")
+    assert_equal(d_tc.cpu(), d_br.cpu(), what=f"tc dist vs brute (k = {k})")
+    if reference:
+        check_bitwise(query.float(), ref.float(), k, d_tc.cpu().float(), i_tc.cpu(), "l2",
+                      q_lens, r_lens)
+
+
+@pytest.mark.parametrize("D", [16, 64, 130, 256, 1024])
+def test_tc_matches_brute_random(cuda, gen, D):
+    tc_runs()
+    B, M, N = 3, 70, 300
+    query = features(B, M, D, gen)
+    ref = features(B, N, D, gen)
+    q_lens = torch.tensor([M, 13, 0])
+    r_lens = torch.tensor([N, 40, 3])
+    for k in (1, 20, 64):
+        check_tc(query, ref, k, q_lens, r_lens)
+        check_tc(query, ref, k)
+
+
+@pytest.mark.parametrize("k", [1, 20, 64])
+def test_tc_self_knn_dgcnn_sizes(cuda, gen, k):
+    # a self-kNN as EdgeConv runs it: several query tiles of 64 and ref tiles of 64
+    tc_runs()
+    x = features(2, 1000, 64, gen)
+    check_tc(x, x, k, reference=False)
+
+
+def tc_adversarial(kind, gen, D=64, B=2, M=90, N=260):
+    x = torch.randn(B, M + N, D, generator=gen, dtype=torch.float64)
+    if kind == "sphere":  # many near-ties
+        x = x / x.norm(dim=-1, keepdim=True)
+    elif kind == "duplicates":  # each ref 4 times, queries among them
+        x = torch.cat([x[:, : (M + N) // 4]] * 4, 1)[:, : M + N]
+    elif kind == "offset":
+        x = x + 1e3
+    elif kind == "huge":  # norms above the tc limit (2^100): the brute force's
+        x = x * 1e18
+    elif kind == "equal":  # every point the same
+        x = x[:, :1].expand(B, M + N, D)
+    elif kind == "integers":  # exact ties
+        x = torch.randint(-2, 3, (B, M + N, D), generator=gen).double()
+    elif kind == "relu":  # non-negative, a large common component
+        x = torch.relu(x) + 5.0
+    x = x.float()
+    return x[:, :M].contiguous(), x[:, M:].contiguous()
+
+
+@pytest.mark.parametrize("kind", ["sphere", "duplicates", "offset", "huge", "equal", "integers",
+                                  "relu"])
+def test_tc_adversarial_inputs(cuda, gen, kind):
+    tc_runs()
+    query, ref = tc_adversarial(kind, gen)
+    for k in (1, 20, 64):
+        check_tc(query, ref, k, None, torch.tensor([260, 100]))
+
+
+def test_tc_fallback_on_overflowing_shortlists(cuda, gen):
+    # all refs equal: every ref is in every shortlist (d~ - e <= tau for all), 260 refs > the
+    # capacity 2 (8 KL + 64) for k = 1 (144): every query falls back to the brute force (for
+    # k = 64, 384, they fit); half the cloud equal: some fall back, some not
+    tc_runs()
+    query, ref = tc_adversarial("equal", gen)
+    for k in (1, 64):
+        check_tc(query, ref, k)
+    q, r = tc_adversarial("sphere", gen)
+    r[:, :150] = r[:, :1]
+    q[:, ::2] = r[:, :1]
+    for k in (1, 20):
+        check_tc(q, r, k)
+
+
+def test_tc_non_finite_points(cuda, gen):
+    # a non-finite ref sends its cloud to the brute force, a non-finite query itself
+    tc_runs()
+    query = features(2, 40, 32, gen)
+    ref = features(2, 100, 32, gen)
+    ref[0, 5, 3] = float("nan")
+    ref[0, 9, 0] = float("inf")
+    query[1, 7, 2] = float("nan")
+    ref[1, 11] = 3e38  # finite, norm overflows: cloud 1 too
+    check_tc(query, ref, 20)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tc_half_inputs(cuda, gen, dtype):
+    tc_runs()
+    query = features(2, 50, 48, gen).to(dtype)
+    ref = features(2, 200, 48, gen).to(dtype)
+    for k in (1, 20):
+        d_tc, i_tc = force("knn", "tc", query.cuda(), ref.cuda(), k, None, None)
+        d_br, i_br = force("knn", "brute", query.cuda(), ref.cuda(), k, None, None)
+        assert d_tc.dtype == dtype
+        assert_equal(i_tc, i_br)
+        assert_equal(d_tc, d_br)
+
+
+def test_tc_refuses_what_it_cannot_take(device, gen):
+    q = features(1, 10, 32, gen, device=device)
+    r = features(1, 80, 32, gen, device=device)
+    refused = [(q.double(), r.double(), 4)] if device == "cuda" else [(q, r, 4)]
+    if device == "cuda":
+        refused += [(q[..., :8], r[..., :8], 4),  # D < 16
+                    (q[..., :3], r[..., :3], 4),  # the 3-D paths
+                    (q, r, 65)]  # k > 64
+    for args in refused:
+        with pytest.raises(ValueError, match="path 'tc' (cannot take these inputs|does not run on)"):
+            force("knn", "tc", *args, None, None)
