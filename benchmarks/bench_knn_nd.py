@@ -5,6 +5,7 @@ peer libraries: the sizes of issue 36 (B = 32, N = 1024, k = 20, D = 64 / 128 / 
     python benchmarks/bench_knn_nd.py --device cpu
     python benchmarks/bench_knn_nd.py --device cpu --quick     # smoke run
     python benchmarks/bench_knn_nd.py --device cpu --threads 2 # torch and pcops on 2 threads
+    python benchmarks/bench_knn_nd.py --device cuda --sweep    # brute vs tc vs torch over D, N, k
 
 Every row is a self-kNN (query = ref, as an EdgeConv layer builds its graph), float32.
 Contenders, on the same inputs:
@@ -82,14 +83,49 @@ def run_cluster(x, k, batch):
     return torch_cluster.knn(flat, flat, k, batch, batch)
 
 
+def sweep(args):
+    """The forced paths brute and tc and DGCNN's matmul + topk on self-kNN of standard normal
+    features over D, N and k (and one cloud far from the origin); tc checked equal to the brute
+    force on every row. What AUTO's tc_min_d (kernels/knn_nd.cu) is read from."""
+    flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
+    sizes = [(32, 1024, D, 20) for D in (16, 24, 32, 48, 64, 128, 256, 512)]
+    sizes += [(32, 1024, 64, 1), (32, 1024, 64, 64), (8, 256, 16, 20), (8, 256, 64, 20),
+              (2, 128, 32, 10), (1, 64, 16, 4), (32, 4096, 64, 20), (32, 4096, 16, 20),
+              (4, 8192, 128, 16), (1, 20000, 32, 16)]
+    rows = []
+    for offset, group in ((0.0, sizes), (30.0, [(32, 1024, 64, 20)])):
+        for B, N, D, k in group:
+            g = torch.Generator().manual_seed(0)
+            x = (torch.randn(B, N, D, generator=g) + offset).cuda()
+            paths = {name: (lambda name=name: force("knn", name, x, x, k, None, None))
+                     for name in ("brute", "tc")}
+            (db, ib), (dt, it) = paths["brute"](), paths["tc"]()
+            if not (torch.equal(db, dt) and torch.equal(ib, it)):
+                raise SystemExit(f"tc differs from the brute force at B={B} N={N} D={D} k={k}")
+            reps = 5 if B * N * N * D > 1e11 else 15
+            tb, tt, th = (time_fn(fn, "cuda", reps=reps, flush=flush)
+                          for fn in (paths["brute"], paths["tc"], lambda: run_torch(x, k)))
+            rows.append((B, N, D, k, offset, fmt_ms(tb), fmt_ms(tt), fmt_ms(th),
+                         f"{tb / tt:.2f}x", f"{th / tt:.2f}x"))
+    for line in environment_header():
+        print(line)
+    print_table("kNN in feature space, cuda, float32, self-kNN, forced paths (ms, median)",
+                ["B", "N", "D", "k", "offset", "brute", "tc", "torch", "brute/tc", "torch/tc"],
+                rows, args.out)
+
+
 def main():
     p = base_parser(__doc__)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     p.add_argument("--peerbench", default=None,
                    help="the peer benchmark's folder: its PyTorch3D and torch_cluster builds")
+    p.add_argument("--sweep", action="store_true",
+                   help="CUDA: pcops's paths (brute, tc) and the matmul + topk over D, N, k")
     args = p.parse_args()
     if args.peerbench:
         load_peerbench(os.path.abspath(args.peerbench))
+    if args.sweep:
+        return sweep(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = args.device
