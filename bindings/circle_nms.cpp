@@ -33,8 +33,8 @@ namespace {
 
 // Checked, contiguous inputs in the compute dtypes.
 struct NmsInputs {
-    Tensor centers;                // [N,D], D in {2, 3}, float32 or float64
-    Tensor scores;                 // [N] float32 or float64
+    Tensor centers = undefined_tensor();  // [N,D], D in {2, 3}, float32 or float64
+    Tensor scores = undefined_tensor();  // [N] float32 or float64
     std::optional<Tensor> groups;  // [N] int64
     int64_t N, D;
     double radius2;
@@ -71,7 +71,7 @@ NmsInputs prepare(const char* op, const Tensor& centers, const Tensor& scores, d
 
 // keep_mask (when wanted), keep_idx (when wanted), the count.
 struct NmsCpuResult {
-    Tensor keep_mask, keep_idx;
+    Tensor keep_mask = undefined_tensor(), keep_idx = undefined_tensor();
     int64_t num_kept = 0;
 };
 
@@ -248,7 +248,7 @@ Tensor circle_nms_cuda(const Tensor& centers, const Tensor& scores, double radiu
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     DeviceGuard guard(centers);
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    Tensor base, ws;
+    Tensor base = undefined_tensor(), ws = undefined_tensor();
     void* workspace =
         output_and_workspace(op, base, ws, c, ScalarType::Long, cuda_workspace_bytes(op, c, 0));
     if (c.N == 0) return output_view(base, 0);
@@ -273,7 +273,7 @@ Tensor circle_nms_mask_cuda(const Tensor& centers, const Tensor& scores, double 
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     DeviceGuard guard(centers);
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    Tensor base, ws;
+    Tensor base = undefined_tensor(), ws = undefined_tensor();
     void* workspace =
         output_and_workspace(op, base, ws, c, ScalarType::Bool, cuda_workspace_bytes(op, c, 0));
     launch_cuda(op, c, 0, workspace, data<bool>(base), nullptr, nullptr);

@@ -108,6 +108,11 @@ Tensor shim_empty(IntArrayRef sizes, int32_t dtype, const Tensor& like) {
 
 }  // namespace
 
+const Tensor& undefined_tensor() {
+    static const Tensor* const undefined = new Tensor();  // never freed: no exit-time order
+    return *undefined;
+}
+
 ScalarType dtype_of(const Tensor& t) {
     int32_t code = 0;
     STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(t.get(), &code));
@@ -448,7 +453,7 @@ Tensor allocate(const char* op, const char* name, IntArrayRef sizes, ScalarType 
 }
 
 Tensor workspace_tensor(const char* op, size_t bytes, const Tensor& like) {
-    if (bytes == 0) return Tensor();
+    if (bytes == 0) return undefined_tensor();
     return allocate(op, nullptr, {(int64_t)bytes}, ScalarType::Byte, like);
 }
 
