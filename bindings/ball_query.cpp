@@ -19,12 +19,13 @@ std::string sizes_of(int64_t B, int64_t M, int64_t N, int64_t nsample) {
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct BallQueryCall {
-    Tensor query;  // [B,M,D], float32 or float64 (half types upcast), contiguous
-    Tensor ref;    // [B,N,D], same D and dtype as query
+    // [B,M,D], float32 or float64 (half types upcast), contiguous
+    Tensor query = undefined_tensor();
+    Tensor ref = undefined_tensor();  // [B,N,D], same D and dtype as query
     std::optional<Tensor> query_lengths;
     std::optional<Tensor> ref_lengths;
-    Tensor idx;        // [B,M,nsample] int64
-    Tensor count;      // [B,M] int64
+    Tensor idx = undefined_tensor();  // [B,M,nsample] int64
+    Tensor count = undefined_tensor();  // [B,M] int64
     double radius2;    // radius**2 in double; the kernels compare d < (T)radius2
     int64_t B, M, N, D, nsample;
 };

@@ -33,8 +33,8 @@ namespace {
 
 // Checked, contiguous inputs in the compute dtypes.
 struct NmsInputs {
-    Tensor centers;                // [N,D], D in {2, 3}, float32 or float64
-    Tensor scores;                 // [N] float32 or float64
+    Tensor centers = undefined_tensor();  // [N,D], D in {2, 3}, float32 or float64
+    Tensor scores = undefined_tensor();  // [N] float32 or float64
     std::optional<Tensor> groups;  // [N] int64
     int64_t N, D;
     double radius2;
@@ -69,22 +69,66 @@ NmsInputs prepare(const char* op, const Tensor& centers, const Tensor& scores, d
 // ------------------------------------------------------------------------------------------
 // CPU
 
+// Workspaces up to this size share the output's allocation (on CUDA the dataflow path's: 4.4
+// bytes a box, 18 KB at 4096; on the CPU small inputs', where an allocation costs more than the
+// NMS); larger ones (CUDA's grid path, about 120 bytes a box) get their own, so the output does
+// not hold them.
+constexpr size_t kSharedWorkspaceMax = 64 * 1024;
+
+// The allocation `base` of the output (its first N elements of `dtype`) and the workspace (every
+// path but 1 and 4): ONE allocation when the workspace is small (it starts at the first
+// 256-byte boundary past the output), else its own in `ws`. Returns the workspace (or null).
+// The output is output_view(base, size).
+void* output_and_workspace(const char* op, Tensor& base, Tensor& ws, const NmsInputs& c, ScalarType dtype,
+                           size_t workspace_bytes) {
+    if (workspace_bytes == 0 || workspace_bytes > kSharedWorkspaceMax) {
+        base = allocate(op, "centers", {c.N}, dtype, c.centers);
+        if (workspace_bytes == 0) return nullptr;
+        ws = workspace_tensor(op, workspace_bytes, c.centers);
+        return ws.data_ptr();
+    }
+    const int64_t elem = dtype == ScalarType::Bool ? 1 : 8;  // bool keep_mask or int64 keep_idx
+    const int64_t offset = (c.N * elem + 255) / 256 * 256;
+    base = allocate(op, "centers", {(offset + (int64_t)workspace_bytes + elem - 1) / elem}, dtype, c.centers);
+    return (char*)base.data_ptr() + offset;
+}
+
+// The first `size` elements of `base` as a tensor of shape [size] (no dispatch, no autograd
+// view): `base` itself when that is all of it.
+Tensor output_view(const Tensor& base, int64_t size) {
+    return base.numel() == size ? base : reshaped_view(base, {size});
+}
+
 // keep_mask (when wanted), keep_idx (when wanted), the count.
 struct NmsCpuResult {
-    Tensor keep_mask, keep_idx;
+    Tensor keep_mask = undefined_tensor(), keep_idx = undefined_tensor();
     int64_t num_kept = 0;
 };
 
 NmsCpuResult run_cpu(const char* op, const NmsInputs& c, bool want_mask, bool want_idx) {
     NmsCpuResult r;
-    if (want_mask) r.keep_mask = allocate(op, "centers", {c.N}, ScalarType::Bool, c.centers);
-    if (want_idx) r.keep_idx = allocate(op, "centers", {c.N}, ScalarType::Long, c.centers);
     pcops_dtype dtype = to_pcops_dtype(dtype_of(c.centers));
-    Tensor workspace = workspace_tensor(op, pcops_circle_nms_workspace_bytes(dtype, c.N), c.centers);
+    const size_t workspace_bytes = pcops_circle_nms_workspace_bytes(dtype, c.N);
+    Tensor workspace = undefined_tensor();
+    void* ws = nullptr;
+    if (want_mask != want_idx) {
+        // One output (the public ops): a small workspace shares its allocation. keep_idx stays
+        // the whole allocation (circle_nms returns a view of its first K elements).
+        Tensor base = undefined_tensor();
+        ws = output_and_workspace(op, base, workspace, c,
+                                  want_mask ? ScalarType::Bool : ScalarType::Long, workspace_bytes);
+        if (want_mask) r.keep_mask = output_view(base, c.N);
+        else r.keep_idx = base;
+    } else {
+        if (want_mask) r.keep_mask = allocate(op, "centers", {c.N}, ScalarType::Bool, c.centers);
+        if (want_idx) r.keep_idx = allocate(op, "centers", {c.N}, ScalarType::Long, c.centers);
+        workspace = workspace_tensor(op, workspace_bytes, c.centers);
+        ws = workspace_ptr(workspace);
+    }
     check_status(op, pcops_circle_nms_cpu(
                          dtype, c.centers.data_ptr(), c.D, to_pcops_dtype(dtype_of(c.scores)),
                          c.scores.data_ptr(), ptr_or_null(c.groups), c.N, c.radius2,
-                         workspace_ptr(workspace), want_mask ? data<bool>(r.keep_mask) : nullptr,
+                         ws, want_mask ? data<bool>(r.keep_mask) : nullptr,
                          want_idx ? data<int64_t>(r.keep_idx) : nullptr, &r.num_kept));
     return r;
 }
@@ -157,35 +201,6 @@ void launch_cuda(const char* op, const NmsInputs& c, int64_t path, void* workspa
                                        keep_idx, num_kept, (int)path, current_stream(c.centers)));
 }
 
-// Workspaces up to this size share the output's allocation (the dataflow path's: 4.4 bytes a
-// box, 18 KB at 4096); larger ones (the grid path's, about 120 bytes a box) get their own, so
-// the output does not hold them.
-constexpr size_t kSharedWorkspaceMax = 64 * 1024;
-
-// The allocation `base` of the output (its first N elements of `dtype`) and the workspace (every
-// path but 1 and 4): ONE allocation when the workspace is small (it starts at the first
-// 256-byte boundary past the output), else its own in `ws`. Returns the workspace (or null).
-// The output is output_view(base, size).
-void* output_and_workspace(const char* op, Tensor& base, Tensor& ws, const NmsInputs& c, ScalarType dtype,
-                           size_t workspace_bytes) {
-    if (workspace_bytes == 0 || workspace_bytes > kSharedWorkspaceMax) {
-        base = allocate(op, "centers", {c.N}, dtype, c.centers);
-        if (workspace_bytes == 0) return nullptr;
-        ws = workspace_tensor(op, workspace_bytes, c.centers);
-        return ws.data_ptr();
-    }
-    const int64_t elem = dtype == ScalarType::Bool ? 1 : 8;  // bool keep_mask or int64 keep_idx
-    const int64_t offset = (c.N * elem + 255) / 256 * 256;
-    base = allocate(op, "centers", {(offset + (int64_t)workspace_bytes + elem - 1) / elem}, dtype, c.centers);
-    return (char*)base.data_ptr() + offset;
-}
-
-// The first `size` elements of `base` as a tensor of shape [size] (no dispatch, no autograd
-// view): `base` itself when that is all of it.
-Tensor output_view(const Tensor& base, int64_t size) {
-    return base.numel() == size ? base : reshaped_view(base, {size});
-}
-
 NmsInputs prepare_cuda(const char* op, const Tensor& centers, const Tensor& scores, double radius,
                        const std::optional<Tensor>& groups) {
     check_cuda_tensor(op, "centers", centers);
@@ -248,7 +263,7 @@ Tensor circle_nms_cuda(const Tensor& centers, const Tensor& scores, double radiu
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     DeviceGuard guard(centers);
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    Tensor base, ws;
+    Tensor base = undefined_tensor(), ws = undefined_tensor();
     void* workspace =
         output_and_workspace(op, base, ws, c, ScalarType::Long, cuda_workspace_bytes(op, c, 0));
     if (c.N == 0) return output_view(base, 0);
@@ -273,7 +288,7 @@ Tensor circle_nms_mask_cuda(const Tensor& centers, const Tensor& scores, double 
     check_cuda_tensor(op, "centers", centers);  // before the guard: it needs a CUDA device
     DeviceGuard guard(centers);
     NmsInputs c = prepare_cuda(op, centers, scores, radius, groups);
-    Tensor base, ws;
+    Tensor base = undefined_tensor(), ws = undefined_tensor();
     void* workspace =
         output_and_workspace(op, base, ws, c, ScalarType::Bool, cuda_workspace_bytes(op, c, 0));
     launch_cuda(op, c, 0, workspace, data<bool>(base), nullptr, nullptr);

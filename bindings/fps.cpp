@@ -21,11 +21,11 @@ Tensor dist2_in_input_dtype(const Tensor& dist2, const Tensor& xyz) {
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct FpsCall {
-    Tensor xyz;  // [B,N,D], float32 or float64 (half types upcast), contiguous
+    Tensor xyz = undefined_tensor();  // [B,N,D], float32 or float64 (half types upcast), contiguous
     std::optional<Tensor> lengths;
     std::optional<Tensor> start;
-    Tensor idx;    // [B,npoint] int64
-    Tensor dist2;  // [B,npoint], in the compute dtype
+    Tensor idx = undefined_tensor();  // [B,npoint] int64
+    Tensor dist2 = undefined_tensor();  // [B,npoint], in the compute dtype
     int64_t B, N, D, npoint;
 };
 
@@ -44,7 +44,7 @@ void check_start_values(const FpsCall& c) {
     const Tensor& start = *c.start;
     if (c.B == 0 || !check_values_now(start)) return;
     const Tensor s = to_host(start);
-    const Tensor lengths = c.lengths ? to_host(*c.lengths) : Tensor();
+    const Tensor lengths = c.lengths ? to_host(*c.lengths) : undefined_tensor();
     const int64_t* sp = data<int64_t>(s);
     const int64_t* lp = lengths.defined() ? data<int64_t>(lengths) : nullptr;
     for (int64_t b = 0; b < c.B; ++b) {

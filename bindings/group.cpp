@@ -9,9 +9,9 @@ constexpr const char* kGroup = "group";
 constexpr const char* kBackward = "group_backward";
 
 struct GroupCall {
-    Tensor features;  // [B,N,C], contiguous, any of the four float dtypes
-    Tensor idx;       // [B,M,S] int64 or int32 (read as is), contiguous
-    Tensor out;       // [B,M,S,C], features' dtype
+    Tensor features = undefined_tensor();  // [B,N,C], contiguous, any of the four float dtypes
+    Tensor idx = undefined_tensor();  // [B,M,S] int64 or int32 (read as is), contiguous
+    Tensor out = undefined_tensor();  // [B,M,S,C], features' dtype
     int64_t B, N, C, M, S;
 };
 
@@ -35,9 +35,10 @@ GroupCall prepare_group(const Tensor& features, const Tensor& idx) {
 }
 
 struct BackwardCall {
-    Tensor grad_out;       // [B,M,S,C], contiguous
-    Tensor idx;            // [B,M,S] int64 or int32 (read as is), contiguous
-    Tensor grad_features;  // [B,num_points,C], grad_out's dtype (CPU and CUDA alike)
+    Tensor grad_out = undefined_tensor();  // [B,M,S,C], contiguous
+    Tensor idx = undefined_tensor();  // [B,M,S] int64 or int32 (read as is), contiguous
+    // [B,num_points,C], grad_out's dtype (CPU and CUDA alike)
+    Tensor grad_features = undefined_tensor();
     int64_t B, N, C, M, S;
 };
 

@@ -8,10 +8,11 @@ namespace {
 constexpr const char* kOp = "interpolate";
 
 struct InterpolateCall {
-    Tensor features;  // [B,N,C] contiguous, float32/float64 (half types as float32)
-    Tensor idx;       // [B,M,K] int64 or int32 (read as is), contiguous
-    Tensor weight;    // [B,M,K] contiguous, features' compute dtype
-    Tensor out;       // [B,M,C] in the compute dtype
+    // [B,N,C] contiguous, float32/float64 (half types as float32)
+    Tensor features = undefined_tensor();
+    Tensor idx = undefined_tensor();  // [B,M,K] int64 or int32 (read as is), contiguous
+    Tensor weight = undefined_tensor();  // [B,M,K] contiguous, features' compute dtype
+    Tensor out = undefined_tensor();  // [B,M,C] in the compute dtype
     int64_t B, N, C, M, K;
 };
 

@@ -39,12 +39,13 @@ void nd_path_refused(const char* forced, int64_t B, int64_t M, int64_t N, int64_
 
 // Checked, contiguous inputs and allocated outputs, shared by the CPU and CUDA paths.
 struct KnnCall {
-    Tensor query;  // [B,M,D], float32 or float64 (half types upcast), contiguous
-    Tensor ref;    // [B,N,D], same dtype as query, contiguous
+    // [B,M,D], float32 or float64 (half types upcast), contiguous
+    Tensor query = undefined_tensor();
+    Tensor ref = undefined_tensor();  // [B,N,D], same dtype as query, contiguous
     std::optional<Tensor> query_lengths;
     std::optional<Tensor> ref_lengths;
-    Tensor dist2;  // [B,M,k], in the compute dtype
-    Tensor idx;    // [B,M,k] int64
+    Tensor dist2 = undefined_tensor();  // [B,M,k], in the compute dtype
+    Tensor idx = undefined_tensor();  // [B,M,k] int64
     int64_t B, M, N, D, k;
     pcops_knn_metric metric;
     bool nd;  // D != 3 or a metric other than L2: the kernels of any dimension

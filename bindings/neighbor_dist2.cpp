@@ -9,8 +9,8 @@ constexpr const char* kOp = "neighbor_dist2";
 
 struct Dist2Call {
     QueryRef q;       // query [B,M,3], ref [B,N,3]: contiguous, in the compute dtype
-    Tensor idx;       // [B,M,S] int64 or int32 (read as is), contiguous
-    Tensor out;       // [B,M,S] in the compute dtype
+    Tensor idx = undefined_tensor();  // [B,M,S] int64 or int32 (read as is), contiguous
+    Tensor out = undefined_tensor();  // [B,M,S] in the compute dtype
     int64_t S;
 };
 

@@ -8,7 +8,7 @@ namespace {
 constexpr const char* kOp = "neighbor_edges";
 
 struct EdgesCall {
-    Tensor idx;                                           // [B,M,S] int64, contiguous
+    Tensor idx = undefined_tensor();  // [B,M,S] int64, contiguous
     std::optional<Tensor> count, row_offset, col_offset;  // [B,M], [B], [B]
     int64_t B, M, N, S;
 };

@@ -20,9 +20,10 @@ constexpr int64_t kK = 3;
 
 struct ThreeNnCall {
     QueryRef q;          // unknown [B,n,3] (query), known [B,m,3] (ref): contiguous, compute dtype
-    Tensor dist;         // [B,n,3] compute dtype: the kNN's dist2, then sqrt in place
-    Tensor idx64;  // [B,n,3] int64: the kNN's idx (a temporary: raw memory, undefined if empty)
-    Tensor idx;    // [B,n,3] int32: the output
+    Tensor dist = undefined_tensor();  // [B,n,3] compute dtype: the kNN's dist2, then sqrt in place
+    // [B,n,3] int64: the kNN's idx (a temporary: raw memory, undefined if empty)
+    Tensor idx64 = undefined_tensor();
+    Tensor idx = undefined_tensor();  // [B,n,3] int32: the output
     pcops_dtype dtype;
 };
 

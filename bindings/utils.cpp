@@ -7,9 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
-#include <vector>
 
 // Torch headers before STABLE_TORCH_ERROR_CODE_CHECK (2.10, 2.11) have only the header-only
 // check, whose message names the failed call but not the shim's error text.
@@ -107,6 +105,11 @@ Tensor shim_empty(IntArrayRef sizes, int32_t dtype, const Tensor& like) {
 }
 
 }  // namespace
+
+const Tensor& undefined_tensor() {
+    static const Tensor* const undefined = new Tensor();  // never freed: no exit-time order
+    return *undefined;
+}
 
 ScalarType dtype_of(const Tensor& t) {
     int32_t code = 0;
@@ -294,28 +297,39 @@ void check_points_per_cloud(const char* op, const char* name, int64_t count, con
 }
 
 #ifdef PCOPS_WITH_CUDA
-// Bytes of global memory of CUDA device `device`, read once per device.
+// Bytes of global memory of CUDA device `device`, read once per device (a later call reads one
+// atomic, no lock).
 static double cuda_memory_bytes(int device) {
-    static std::mutex mutex;
-    static std::vector<double> bytes;
-    std::lock_guard<std::mutex> lock(mutex);
-    if ((size_t)device >= bytes.size()) bytes.resize(device + 1, 0.0);
-    if (bytes[device] == 0.0) {
-        cudaDeviceProp prop;
-        check_cuda("memory size", cudaGetDeviceProperties(&prop, device));
-        bytes[device] = (double)prop.totalGlobalMem;
+    constexpr int kMaxDevices = 64;
+    static std::atomic<double> known[kMaxDevices];  // 0: not read yet
+    const bool cached = device >= 0 && device < kMaxDevices;
+    if (cached) {
+        const double bytes = known[device].load(std::memory_order_relaxed);
+        if (bytes > 0) return bytes;
     }
-    return bytes[device];
+    cudaDeviceProp prop;
+    check_cuda("memory size", cudaGetDeviceProperties(&prop, device));
+    const double bytes = (double)prop.totalGlobalMem;
+    if (cached) known[device].store(bytes, std::memory_order_relaxed);  // racing calls agree
+    return bytes;
 }
 #endif
+
+// Bytes of the host's physical memory, read once (sysconf(_SC_PHYS_PAGES) is a system call).
+static double host_memory_bytes() {
+    static const double bytes = [] {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        return pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
+    }();
+    return bytes;
+}
 
 // Bytes of memory of `t`'s device: the GPU's global memory, or the host's physical memory.
 static double device_memory_bytes([[maybe_unused]] const Tensor& t) {
 #ifdef PCOPS_WITH_CUDA
     if (t.is_cuda()) return cuda_memory_bytes(t.get_device_index());
 #endif
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (double)pages * (double)page : 1e18;
+    return host_memory_bytes();
 }
 
 static std::string bytes_string(double bytes) {
@@ -448,7 +462,7 @@ Tensor allocate(const char* op, const char* name, IntArrayRef sizes, ScalarType 
 }
 
 Tensor workspace_tensor(const char* op, size_t bytes, const Tensor& like) {
-    if (bytes == 0) return Tensor();
+    if (bytes == 0) return undefined_tensor();
     return allocate(op, nullptr, {(int64_t)bytes}, ScalarType::Byte, like);
 }
 

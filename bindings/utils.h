@@ -61,6 +61,13 @@ template <typename... Args>
 // compares with up to twenty dtype getters).
 ScalarType dtype_of(const Tensor& t);
 
+// An undefined tensor that costs no allocation: a copy of one shared undefined handle. A
+// default-constructed stable Tensor allocates a handle and its control block (and frees both
+// later), a few hundred instructions per tensor and call; the bindings start their tensor
+// members from this instead (assigning a stable Tensor replaces its handle, never changes the
+// shared one).
+const Tensor& undefined_tensor();
+
 // "cpu", "cuda:0", "meta": the device of `t` as torch prints it.
 std::string device_string(const Tensor& t);
 
@@ -186,7 +193,7 @@ void check_output_elements(const char* op, const char* name, IntArrayRef shape, 
 //   check_output_elements(kOp, "k", {q.B, q.M, k}, q.query.element_size() + 8, query);
 //   ... kernel(q.query.data_ptr(), q.ref.data_ptr(), ptr_or_null(q.query_lengths), ...)
 struct QueryRef {
-    Tensor query, ref;
+    Tensor query = undefined_tensor(), ref = undefined_tensor();
     std::optional<Tensor> query_lengths, ref_lengths;
     int64_t B, M, N;
 };

@@ -60,7 +60,8 @@ def furthest_point_sample(
         >>> idx = pcops.furthest_point_sample(xyz, 256)           # [2, 256]
         >>> centres = xyz.gather(1, idx[..., None].expand(-1, -1, 3))
     """
-    start = _resolve_start(xyz, lengths, start, random_start)
+    if random_start:
+        start = _resolve_start(xyz, lengths, start, random_start)
     idx, dist2 = _call_plain(torch.ops.pcops.furthest_point_sample.default, xyz, npoint, lengths,
                              start)
     return (idx, dist2) if return_dist2 else idx
