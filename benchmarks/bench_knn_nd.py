@@ -19,10 +19,11 @@ Contenders, on the same inputs:
   pytorch3d    pytorch3d.ops.knn_points(x, x, K=k)
   cluster      torch_cluster.knn over the flattened batch
 A peer that is not installed or refuses a size shows "-" (--peerbench DIR loads PyTorch3D's and
-torch_cluster's kernels from the peer benchmark's builds instead). "torch/pcops" is the plain-torch
-time over pcops's, "best/pcops" the best contender's. On CUDA every call starts with L2 flushed. --threads sets torch.set_num_threads, which pcops's OpenMP regions share (one
-libgomp in the process). "agree" is, per contender, the fraction of
-pcops's neighbour indices that it also returns (the torch baseline's measures its inexactness).
+torch_cluster's kernels from the peer benchmark's builds instead). "torch/pcops" is the
+plain-torch time over pcops's, "best/pcops" the best contender's. On CUDA every call starts with
+L2 flushed. --threads sets torch.set_num_threads, which pcops's OpenMP regions share (one libgomp
+in the process). "agree" is, per contender, the fraction of pcops's neighbour indices that it
+also returns (the torch baseline's measures its inexactness).
 """
 import importlib.util
 import os
