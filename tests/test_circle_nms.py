@@ -358,10 +358,19 @@ def test_wrappers(gen):
 
 def test_centerpoint_mapping(gen):
     """The docstring's mapping from CenterPoint's numba circle_nms(dets, thresh): squared
-    distance <= thresh there; radius = sqrt(thresh) here. Equal away from exact ties."""
-    centers, scores, _ = detections(1000, gen)
+    distance <= thresh there; radius = sqrt(thresh) here. Equal away from exact ties: equal
+    scores are taken lower index first (pcops's order; numba's argsort leaves it open), and a
+    sample with a pair within 1e-6 of the threshold is drawn again."""
     thresh = 0.3
-    order = scores.numpy().argsort()[::-1]  # theirs: highest score first
+    for _ in range(20):
+        centers, scores, _ = detections(1000, gen)
+        xy64 = centers[:, :2].double()
+        if not bool(((torch.cdist(xy64, xy64) ** 2 - thresh).abs() < 1e-6).any()):
+            break
+    else:
+        raise AssertionError("no sample without a pair at the threshold drawn")
+    s = scores.numpy()
+    order = np.lexsort((np.arange(len(s)), -s))  # highest score first, ties to the lower index
     xy = centers[:, :2].numpy()
     suppressed = np.zeros(1000, bool)
     theirs = []
