@@ -23,21 +23,8 @@
 /* Below this many (query, ref, coordinate) terms a call runs on one thread. */
 #define BQ_ND_PARALLEL_MIN_TERMS 65536.0
 
-#define T float
-#define TMAX PCOPS_DIST2_MAX_f32
-#define FN(name) name##_f32
-#include "ball_query_nd_cpu.inc"
-#undef T
-#undef TMAX
-#undef FN
-
-#define T double
-#define TMAX PCOPS_DIST2_MAX_f64
-#define FN(name) name##_f64
-#include "ball_query_nd_cpu.inc"
-#undef T
-#undef TMAX
-#undef FN
+#define PCOPS_CPU_TEMPLATE "ball_query_nd_cpu.inc"
+#include "float_types_cpu.inc"
 
 pcops_status pcops_ball_query_nd_cpu(pcops_dtype dtype, const void* query, const void* ref,
                                      const int64_t* query_lengths, const int64_t* ref_lengths,

@@ -28,21 +28,8 @@
 #include "knn_nd.h"
 #include "pcops.h"
 
-#define T float
-#define TMAX PCOPS_DIST2_MAX_f32
-#define FN(name) name##_f32
-#include "fps_nd_cpu.inc"
-#undef T
-#undef TMAX
-#undef FN
-
-#define T double
-#define TMAX PCOPS_DIST2_MAX_f64
-#define FN(name) name##_f64
-#include "fps_nd_cpu.inc"
-#undef T
-#undef TMAX
-#undef FN
+#define PCOPS_CPU_TEMPLATE "fps_nd_cpu.inc"
+#include "float_types_cpu.inc"
 
 /* The workspace: the temps of every cloud, B * N values of the dtype (CPU and CUDA). */
 size_t pcops_fps_nd_workspace_bytes(pcops_dtype dtype, int64_t B, int64_t N) {

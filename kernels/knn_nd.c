@@ -58,21 +58,8 @@ static int64_t knn_nd_query_block(int64_t B, int64_t M, int64_t qblock) {
     return qblock;
 }
 
-#define T float
-#define TMAX PCOPS_DIST2_MAX_f32
-#define FN(name) name##_f32
-#include "knn_nd_cpu.inc"
-#undef T
-#undef TMAX
-#undef FN
-
-#define T double
-#define TMAX PCOPS_DIST2_MAX_f64
-#define FN(name) name##_f64
-#include "knn_nd_cpu.inc"
-#undef T
-#undef TMAX
-#undef FN
+#define PCOPS_CPU_TEMPLATE "knn_nd_cpu.inc"
+#include "float_types_cpu.inc"
 
 #include "knn_nd_blocked_cpu.inc"
 
